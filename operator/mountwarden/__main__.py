@@ -1,0 +1,3 @@
+from mountwarden.cli import main
+
+main()

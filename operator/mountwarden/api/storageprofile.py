@@ -1,0 +1,183 @@
+"""StorageProfile: one consumer pattern's mount contract (cluster-scoped, mountwarden.io/v1alpha1).
+
+These models are the single source of the CRD schema (``mountwarden crds``), the
+reference docs and the operator's validation.
+"""
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import Field
+
+from mountwarden.api.base import ApiModel, Condition, LabelSelector
+from mountwarden.core.policy import ResolvedPolicy, resolve_policy
+from mountwarden.core.presets import CachePolicy
+
+KIND = "StorageProfile"
+PLURAL = "storageprofiles"
+
+
+class ReclaimPolicy(StrEnum):
+    DELETE = "Delete"
+    RETAIN = "Retain"
+
+
+class VolumeBindingMode(StrEnum):
+    IMMEDIATE = "Immediate"
+    WAIT_FOR_FIRST_CONSUMER = "WaitForFirstConsumer"
+
+
+class Enforcement(StrEnum):
+    WARN = "warn"
+    DENY = "deny"
+
+
+class SqlitePolicy(StrEnum):
+    FORBID = "forbid"
+    WARN = "warn"
+    ALLOW = "allow"
+
+
+class RolloutStrategy(StrEnum):
+    NEW_STORAGE_CLASS = "NewStorageClass"
+    PATCH_BOUND_VOLUMES = "PatchBoundVolumes"
+
+
+class RolloutApproval(StrEnum):
+    AUTOMATIC = "Automatic"
+    MANUAL = "Manual"
+
+
+class Backend(ApiModel):
+    """Where the volumes come from: the CSI provisioner and its StorageClass parameters."""
+
+    provisioner: str = Field(
+        min_length=1,
+        description="CSI provisioner of the StorageClasses, e.g. efs.csi.aws.com or nfs.csi.k8s.io. "
+        "efs.csi.aws.com layers the AWS-recommended EFS baseline options under the preset.",
+    )
+    parameters: dict[str, str] = Field(
+        default_factory=dict,
+        description="StorageClass parameters passed to the provisioner, e.g. provisioningMode: efs-ap and "
+        "fileSystemId: fs-0123456789abcdef0 for EFS.",
+    )
+    reclaim_policy: ReclaimPolicy = Field(default=ReclaimPolicy.DELETE, description="Delete or Retain.")
+    volume_binding_mode: VolumeBindingMode = Field(
+        default=VolumeBindingMode.IMMEDIATE, description="Immediate or WaitForFirstConsumer."
+    )
+    allow_volume_expansion: bool | None = Field(default=None, description="Whether PVCs of this class may grow.")
+
+
+class Consumers(ApiModel):
+    """Which PersistentVolumeClaims this profile governs. Both selectors must match."""
+
+    namespace_selector: LabelSelector | None = Field(
+        default=None, description="Namespaces whose PVCs this profile governs (by namespace labels)."
+    )
+    pvc_selector: LabelSelector | None = Field(default=None, description="PVCs this profile governs (by PVC labels).")
+
+
+class Rollout(ApiModel):
+    """How a change of effective options reaches volumes that are already bound."""
+
+    strategy: RolloutStrategy = Field(
+        default=RolloutStrategy.NEW_STORAGE_CLASS,
+        description="NewStorageClass: bound volumes keep their options, new PVCs get the new class. "
+        "PatchBoundVolumes: patch each bound PV's mountOptions, then restart its consumers one workload at a time.",
+    )
+    approval: RolloutApproval = Field(
+        default=RolloutApproval.MANUAL,
+        description="Manual waits for the annotation mountwarden.io/approve-rollout: \"<version>\"; "
+        "Automatic starts at once.",
+    )
+    max_concurrent_workloads: int = Field(
+        default=1, ge=1, le=50, description="Workloads restarted at the same time (1: strictly one after another)."
+    )
+    verify_timeout_seconds: int = Field(
+        default=600, ge=30, le=86400,
+        description="How long to wait for the node reports to confirm a restarted workload's options before pausing.",
+    )
+
+
+class CreditWatch(ApiModel):
+    """Watch an EFS file system's burst credits and forecast when they run out."""
+
+    file_system_id: str | None = Field(
+        default=None, pattern=r"^fs-[0-9a-f]{8,40}$",
+        description="The file system to watch; defaults to backend.parameters.fileSystemId.",
+    )
+    region: str | None = Field(default=None, description="AWS region; defaults to the operator's AWS_REGION.")
+    interval_seconds: int = Field(default=300, ge=60, le=86400, description="How often to fetch CloudWatch metrics.")
+    window_hours: int = Field(default=24, ge=1, le=336, description="How much history the slope is fitted over.")
+
+
+class StorageProfileSpec(ApiModel):
+    """The mount contract of one consumer pattern."""
+
+    backend: Backend = Field(description="The provisioner and parameters of the StorageClasses.")
+    cache_policy: CachePolicy | None = Field(
+        default=None,
+        description="A named cache policy: strict (actimeo=0, lookupcache=none), coherent (close-to-open, "
+        "lookupcache=positive, acregmax=3), cached (actimeo=600, lookupcache=all) or read-only "
+        "(ro, actimeo=600, nocto, lookupcache=all).",
+    )
+    mount_options: list[str] = Field(
+        default_factory=list, description="Options layered over the preset; an entry may hold several, comma-separated."
+    )
+    required_options: list[str] = Field(
+        default_factory=list, description="Options every mount must have in effect, checked on the nodes (e.g. hard)."
+    )
+    forbidden_options: list[str] = Field(
+        default_factory=list,
+        description="Options no mount may have in effect (e.g. soft, nolock, actimeo=0; a bare name such as "
+        "nconnect forbids any value).",
+    )
+    consumers: Consumers = Field(default_factory=Consumers, description="Which PVCs this profile governs.")
+    enforcement: Enforcement = Field(
+        default=Enforcement.WARN, description="warn: admission warnings only. deny: refuse PVCs that break the profile."
+    )
+    sqlite: SqlitePolicy = Field(
+        default=SqlitePolicy.WARN,
+        description="SQLite databases on these volumes: forbid (deny at admission with enforcement deny, error "
+        "findings), warn, or allow.",
+    )
+    rollout: Rollout = Field(default_factory=Rollout, description="How option changes reach bound volumes.")
+    credit_watch: CreditWatch | None = Field(
+        default=None, description="EFS burst-credit forecasting; on by default for EFS backends with a fileSystemId."
+    )
+    default: bool = Field(
+        default=False, description="Make the newest StorageClass version the cluster's default class."
+    )
+
+    def resolve(self) -> ResolvedPolicy:
+        return resolve_policy(
+            provisioner=self.backend.provisioner,
+            cache_policy=self.cache_policy,
+            mount_options=self.mount_options,
+            required_options=self.required_options,
+            forbidden_options=self.forbidden_options,
+        )
+
+
+class VersionRecord(ApiModel):
+    version: int = Field(ge=1, description="The N of <profile>-vN.")
+    storage_class_name: str = Field(description="The StorageClass of this version.")
+    hash: str = Field(description="Hash of the StorageClass content (provisioner, parameters, options, ...).")
+    mount_options: list[str] = Field(default_factory=list, description="The canonical mount options of this version.")
+    created_at: datetime = Field(description="When this version's StorageClass was created.")
+    superseded_by: str | None = Field(default=None, description="The StorageClass that replaced this one.")
+    held_by: list[str] = Field(
+        default_factory=list, description="PersistentVolumes that still use this version (they keep it alive)."
+    )
+
+
+class StorageProfileStatus(ApiModel):
+    storage_class_name: str | None = Field(default=None, description="The current StorageClass version.")
+    version: int | None = Field(default=None, description="The current version number.")
+    options_hash: str | None = Field(default=None, description="Hash of the current StorageClass content.")
+    effective_mount_options: list[str] = Field(
+        default_factory=list, description="The canonical options new volumes of this profile are mounted with."
+    )
+    history: list[VersionRecord] = Field(default_factory=list, description="Versions that exist, oldest first.")
+    conditions: list[Condition] = Field(default_factory=list, description="Ready, and later Compliant, CreditsDraining.")
+    observed_generation: int | None = Field(default=None, description="The spec generation last reconciled.")
