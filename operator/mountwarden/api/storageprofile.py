@@ -12,6 +12,7 @@ from pydantic import Field
 from mountwarden.api.base import ApiModel, Condition, LabelSelector
 from mountwarden.core.policy import ResolvedPolicy, resolve_policy
 from mountwarden.core.presets import CachePolicy
+from mountwarden.core.storageclass import DesiredClass
 
 KIND = "StorageProfile"
 PLURAL = "storageprofiles"
@@ -181,3 +182,16 @@ class StorageProfileStatus(ApiModel):
     history: list[VersionRecord] = Field(default_factory=list, description="Versions that exist, oldest first.")
     conditions: list[Condition] = Field(default_factory=list, description="Ready, and later Compliant, CreditsDraining.")
     observed_generation: int | None = Field(default=None, description="The spec generation last reconciled.")
+
+
+def desired_class(spec: StorageProfileSpec, policy: ResolvedPolicy) -> DesiredClass:
+    """The StorageClass content a valid spec asks for."""
+    backend = spec.backend
+    return DesiredClass(
+        provisioner=backend.provisioner,
+        parameters=dict(backend.parameters),
+        reclaim_policy=str(backend.reclaim_policy),
+        volume_binding_mode=str(backend.volume_binding_mode),
+        allow_volume_expansion=backend.allow_volume_expansion,
+        mount_options=tuple(policy.mount_options),
+    )

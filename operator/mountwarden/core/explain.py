@@ -29,7 +29,7 @@ def _value_note(name: str, value: str | None) -> str:
     if name in ("actimeo", "acregmin", "acregmax", "acdirmin", "acdirmax") and value == "0":
         return ("0 disables this cache: every stat() is a GETATTR round trip (~1 ms on EFS, metered as 4 KiB). "
                 "It makes this client see others' changes sooner; it does not make others see this client's.")
-    if name in ("actimeo", "acregmax") and value and value.isdigit() and int(value) >= 60:
+    if name in ("actimeo", "acregmax") and value and value.isascii() and value.isdigit() and int(value) >= 60:
         return f"Another client's change to a file can stay invisible here for up to {value} s."
     if name == "lookupcache" and value == "none":
         return "Every path component of every open is a LOOKUP round trip; on EFS each is metered as 4 KiB."
@@ -51,7 +51,8 @@ def explain(options: str | Iterable[str]) -> list[Explanation]:
             meaning = f"Same as vers={VERSION_FLAGS[name]}. {spec.meaning}"
         elif name == spec.negation:
             meaning = f"The negation of {spec.name}. {spec.meaning}"
-        consequence = " ".join(part for part in (spec.consequence, _value_note(spec.name, value)) if part)
+        # A value-specific note says more than the option's general consequence.
+        consequence = _value_note(spec.name, value) or spec.consequence
         if spec.deprecated:
             consequence = f"Deprecated: {spec.deprecated}. {consequence}".strip()
         if spec.origin in (Origin.EFS_UTILS, Origin.MOUNT_HELPER):

@@ -224,7 +224,7 @@ class _Normalizer:
             self.text(spec, value, token)
 
     def number(self, spec: OptionSpec, value: str) -> int | None:
-        if not value.isdigit():
+        if not (value.isascii() and value.isdigit()):
             self.error(spec.name, f"'{spec.name}={value}' is not a number: {spec.name} takes a whole number, "
                                   f"for example {_example(spec)}.")
             return None

@@ -10,7 +10,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mountwarden.core.compare import forbidden_violations
-from mountwarden.core.options import NormalizedOptions, Severity, effective_value, layer, normalize
+from mountwarden.core.options import (
+    NormalizedOptions,
+    Severity,
+    effective_value,
+    format_canonical,
+    layer,
+    normalize,
+)
 from mountwarden.core.optiontable import BY_NAME, OptionValue, exclusive_group
 from mountwarden.core.presets import EFS_BASELINE, PRESETS, CachePolicy, is_efs
 
@@ -109,4 +116,4 @@ def _describe(effective: dict[str, OptionValue], name: str) -> str:
     if members is not None:
         return next((m for m in members if effective.get(m)), members[0])
     value = effective_value(effective, name)
-    return f"{name}={value}" if value is not None else f"no {name}"
+    return format_canonical(name, value) if value is not None else f"no {name}"

@@ -1,0 +1,45 @@
+# mountwarden: `make run` (a local control plane, the operator and a demo) and `make test` (the whole suite).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+STATE ?= .state/dev-cluster
+PYTEST_ARGS ?=
+
+.PHONY: help venv testbin lint crds test unit integration run bench chart clean
+
+help: ## Show the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test,bench]'
+	touch $(STAMP)
+
+venv: $(STAMP) ## Create the virtual environment with the project and its test extras
+
+testbin: ## Build etcd, the Kubernetes control plane, kwok and helm from source (cached outside the checkout)
+	hack/testbin/build.sh >/dev/null
+
+crds: venv ## Regenerate crds/ from the API models
+	$(BIN)/mountwarden crds --output-dir crds
+
+lint: venv ## ruff, the import-layer contracts, and generated files up to date
+	$(BIN)/ruff check operator tests e2e
+	$(BIN)/lint-imports
+	$(BIN)/mountwarden crds --output-dir crds --check
+
+test: venv testbin lint ## Lint and run the whole suite against a real local control plane
+	MOUNTWARDEN_TESTBIN_DIR=$$(hack/testbin/build.sh) $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+unit: venv ## Only the fast unit tests (no control plane)
+	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+
+run: venv testbin ## Start a local control plane, the operator and the demo; Ctrl-C stops everything
+	MOUNTWARDEN_TESTBIN_DIR=$$(hack/testbin/build.sh) hack/run-demo.sh $(STATE)
+
+clean: ## Remove the virtual environment and local state (not the testbin cache)
+	-$(BIN)/mountwarden dev-cluster down --state-dir $(STATE) --purge 2>/dev/null
+	rm -rf $(VENV) .state .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,14 @@
+"""The `mountwarden` command line. Each module registers its subcommands on `app`."""
+
+from mountwarden.cli import (  # noqa: F401  (imported for their registrations)
+    cluster,
+    credits,
+    operator,
+    options,
+    procfs,
+)
+from mountwarden.cli._app import app
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,186 @@
+"""StorageProfile -> versioned StorageClasses (`<profile>-v<N>`).
+
+Thin: read the profile, let the core decide, write the classes and the status.
+"""
+
+import os
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+import kopf
+from pydantic import ValidationError
+
+from mountwarden.adapters.kube import StorageClasses
+from mountwarden.api.base import GROUP, VERSION
+from mountwarden.api.storageprofile import PLURAL, StorageProfileSpec, desired_class
+from mountwarden.core.conditions import set_condition
+from mountwarden.core.storageclass import (
+    PROFILE_LABEL,
+    ClassPlan,
+    ExistingClass,
+    plan_classes,
+    plan_release,
+    version_history,
+)
+from mountwarden.handlers.errors import retry_transient
+
+PROFILE = (GROUP, VERSION, PLURAL)
+#: How often superseded classes are swept (read once, when the handlers are registered).
+COLLECT_INTERVAL_SECONDS = float(os.environ.get("MOUNTWARDEN_COLLECT_INTERVAL", "60"))
+
+
+@kopf.index("persistentvolumes")
+def volumes_by_class(name: str, spec: kopf.Spec, **_) -> dict | None:
+    storage_class = spec.get("storageClassName")
+    return {storage_class: name} if storage_class else None
+
+
+@kopf.index("persistentvolumeclaims")
+def unbound_claims_by_class(name: str, namespace: str, spec: kopf.Spec, status: kopf.Status, **_) -> dict | None:
+    """Claims still waiting for a volume keep their class alive too: deleting it would strand them."""
+    storage_class = spec.get("storageClassName")
+    if not storage_class or status.get("phase") == "Bound":
+        return None
+    return {storage_class: f"{namespace}/{name}"}
+
+
+def _holders(class_name: str, volumes: kopf.Index, claims: kopf.Index) -> list[str]:
+    return sorted([*volumes.get(class_name, []), *(f"pvc/{claim}" for claim in claims.get(class_name, []))])
+
+
+def _lineage(classes: StorageClasses, profile: str, volumes: kopf.Index, claims: kopf.Index) -> list[ExistingClass]:
+    found = (
+        ExistingClass.from_object(obj, _holders(obj["metadata"]["name"], volumes, claims))
+        for obj in classes.list(f"{PROFILE_LABEL}={profile}")
+    )
+    return [cls for cls in found if cls is not None]
+
+
+def _apply(classes: StorageClasses, plan: ClassPlan) -> None:
+    # Create first, delete last: a crash in between leaves extra classes, never a missing one.
+    if plan.create is not None:
+        classes.create(plan.create)
+    for change in plan.patches:
+        classes.patch(change.name, change.body())
+    for name in plan.delete:
+        classes.delete(name)
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _validation_message(error: ValidationError) -> str:
+    problems = []
+    for item in error.errors():
+        location = ".".join(str(part) for part in ("spec", *item["loc"]))
+        problems.append(f"{location}: {item['msg']}")
+    return "; ".join(problems)
+
+
+def _refuse(body: kopf.Body, status: kopf.Status, patch: kopf.Patch, generation: int | None, message: str) -> None:
+    """An invalid spec never touches a StorageClass: say why on the profile and in an Event."""
+    patch.status["conditions"] = set_condition(
+        list(status.get("conditions") or []), "Ready", "False", "InvalidSpec", message, generation
+    )
+    patch.status["observedGeneration"] = generation
+    kopf.warn(body, reason="InvalidSpec", message=message)
+
+
+@kopf.on.resume(*PROFILE)
+@kopf.on.create(*PROFILE)
+@kopf.on.update(*PROFILE)
+@retry_transient
+def reconcile_profile(
+    name: str, body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta, patch: kopf.Patch,
+    memo: kopf.Memo, volumes_by_class: kopf.Index, unbound_claims_by_class: kopf.Index, logger, **_,
+) -> None:
+    generation = meta.get("generation")
+    try:
+        profile = StorageProfileSpec.model_validate(dict(spec))
+    except ValidationError as error:
+        _refuse(body, status, patch, generation, _validation_message(error))
+        return
+    policy = profile.resolve()
+    if not policy.valid:
+        _refuse(body, status, patch, generation, "; ".join(str(problem) for problem in policy.errors))
+        return
+    for warning in policy.warnings:
+        kopf.warn(body, reason="OptionWarning", message=str(warning))
+
+    desired = desired_class(profile, policy)
+    classes: StorageClasses = memo.storage_classes
+    existing = _lineage(classes, name, volumes_by_class, unbound_claims_by_class)
+    last_version = max([int(status.get("version") or 0), *(int(h["version"]) for h in status.get("history") or [])])
+    plan = plan_classes(name, desired, existing, make_default=profile.default, last_version=last_version)
+    _apply(classes, plan)
+    if plan.create is not None:
+        kopf.info(body, reason="VersionCreated",
+                  message=f"created StorageClass {plan.current_name}: {','.join(desired.mount_options)}")
+    for deleted in plan.delete:
+        logger.info(f"deleted unused StorageClass {deleted}")
+
+    history = version_history(existing, plan, desired, now=_now())
+    kept = [record for record in history if record.get("supersededBy")]
+    message = f"StorageClass {plan.current_name} carries the effective options"
+    if kept:
+        message += "; superseded versions kept by volumes: " + ", ".join(
+            f"{record['storageClassName']} ({len(record['heldBy'])})" for record in kept
+        )
+    patch.status.update({
+        "storageClassName": plan.current_name,
+        "version": plan.current_version,
+        "optionsHash": plan.content_hash,
+        "effectiveMountOptions": list(desired.mount_options),
+        "history": history,
+        "observedGeneration": generation,
+        "conditions": set_condition(
+            list(status.get("conditions") or []), "Ready", "True", "Reconciled", message, generation
+        ),
+    })
+
+
+@kopf.on.delete(*PROFILE)
+@retry_transient
+def release_profile(
+    name: str, memo: kopf.Memo, volumes_by_class: kopf.Index, unbound_claims_by_class: kopf.Index, logger, **_
+) -> None:
+    """Remove the profile's unused classes; keep the ones volumes still use, labelled orphaned."""
+    classes: StorageClasses = memo.storage_classes
+    plan = plan_release(_lineage(classes, name, volumes_by_class, unbound_claims_by_class))
+    _apply(classes, plan)
+    for change in plan.patches:
+        logger.info(f"kept StorageClass {change.name}: volumes still use it (labelled orphaned)")
+
+
+def _history_holders_changed(history: Iterable[dict], volumes: kopf.Index, claims: kopf.Index) -> bool:
+    return any(record.get("heldBy", []) != _holders(record["storageClassName"], volumes, claims) for record in history)
+
+
+@kopf.timer(*PROFILE, interval=COLLECT_INTERVAL_SECONDS, initial_delay=COLLECT_INTERVAL_SECONDS)
+@retry_transient
+def collect_unused_versions(
+    name: str, status: kopf.Status, patch: kopf.Patch, memo: kopf.Memo,
+    volumes_by_class: kopf.Index, unbound_claims_by_class: kopf.Index, **_,
+) -> None:
+    """Delete superseded classes once their last volume is gone; keep status.history's holders true.
+
+    Works from the in-memory indexes and touches the API only when something changed.
+    """
+    history = list(status.get("history") or [])
+    if not history or not _history_holders_changed(history, volumes_by_class, unbound_claims_by_class):
+        return
+    classes: StorageClasses = memo.storage_classes
+    remaining = []
+    for cls in _lineage(classes, name, volumes_by_class, unbound_claims_by_class):
+        superseded = cls.superseded_by is not None and cls.name != status.get("storageClassName")
+        if superseded and not cls.held_by:
+            classes.delete(cls.name)
+            continue
+        remaining.append(cls)
+    by_name = {cls.name: cls for cls in remaining}
+    patch.status["history"] = [
+        {**record, "heldBy": list(by_name[record["storageClassName"]].held_by)}
+        for record in history
+        if record["storageClassName"] in by_name
+    ]

@@ -1,0 +1,127 @@
+"""Helpers shared by the integration and end-to-end tests: polling, clients, the operator process."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import kubernetes
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+GROUP, VERSION = "mountwarden.io", "v1alpha1"
+
+
+def wait_for(condition: Callable[[], object], *, timeout: float = 60.0, interval: float = 0.25, what: str = "") -> object:
+    """Poll until ``condition()`` is truthy; fail with ``what`` and the last value otherwise."""
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while time.monotonic() < deadline:
+        last = condition()
+        if last:
+            return last
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what or condition}: last value {last!r}")
+
+
+class Kube:
+    """The few typed clients the operator tests use, on one ApiClient."""
+
+    def __init__(self, api_client: kubernetes.client.ApiClient) -> None:
+        self.custom = kubernetes.client.CustomObjectsApi(api_client)
+        self.storage = kubernetes.client.StorageV1Api(api_client)
+        self.core = kubernetes.client.CoreV1Api(api_client)
+        self.apps = kubernetes.client.AppsV1Api(api_client)
+        self.client = api_client
+
+    def profile(self, name: str) -> dict | None:
+        try:
+            return self.custom.get_cluster_custom_object(GROUP, VERSION, "storageprofiles", name)
+        except kubernetes.client.ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def apply_profile(self, body: dict) -> dict:
+        name = body["metadata"]["name"]
+        current = self.profile(name)
+        if current is None:
+            return self.custom.create_cluster_custom_object(GROUP, VERSION, "storageprofiles", body)
+        return self.custom.patch_cluster_custom_object(GROUP, VERSION, "storageprofiles", name, {"spec": body["spec"]})
+
+    def delete_profile(self, name: str) -> None:
+        try:
+            self.custom.delete_cluster_custom_object(GROUP, VERSION, "storageprofiles", name)
+        except kubernetes.client.ApiException as error:
+            if error.status != 404:
+                raise
+
+    def classes_of(self, profile: str) -> dict[str, object]:
+        items = self.storage.list_storage_class(label_selector=f"mountwarden.io/profile={profile}").items
+        return {item.metadata.name: item for item in items}
+
+    def condition(self, profile: str, type_: str) -> dict | None:
+        body = self.profile(profile) or {}
+        return next((c for c in (body.get("status") or {}).get("conditions", []) if c["type"] == type_), None)
+
+
+class OperatorProcess:
+    """`mountwarden operator` as a separate process, as users run it; restartable and killable."""
+
+    def __init__(self, kubeconfig: str, log_dir: Path, extra_env: dict[str, str] | None = None) -> None:
+        self.kubeconfig = kubeconfig
+        self.log_dir = log_dir
+        self.extra_env = extra_env or {}
+        self.process: subprocess.Popen | None = None
+        self.starts = 0
+
+    @property
+    def log_path(self) -> Path:
+        return self.log_dir / f"operator-{self.starts}.log"
+
+    def start(self) -> None:
+        self.starts += 1
+        env = {**os.environ, "MOUNTWARDEN_COLLECT_INTERVAL": "2", **self.extra_env}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "mountwarden", "operator", "--kubeconfig", self.kubeconfig, "--verbose"],
+            stdout=self.log_path.open("w"), stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, sig)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        self.process = None
+
+    def restart(self, sig: int = signal.SIGTERM) -> None:
+        self.stop(sig)
+        self.start()
+
+    def logs(self) -> str:
+        return "\n".join(path.read_text() for path in sorted(self.log_dir.glob("operator-*.log")))
+
+    def assert_running(self) -> None:
+        assert self.process is not None and self.process.poll() is None, f"operator exited:\n{self.logs()[-4000:]}"
+
+
+def profile_body(name: str, cache_policy: str = "coherent", **spec) -> dict:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "StorageProfile",
+        "metadata": {"name": name},
+        "spec": {
+            "backend": {"provisioner": "efs.csi.aws.com",
+                        "parameters": {"provisioningMode": "efs-ap", "fileSystemId": "fs-0123456789abcdef0"}},
+            "cachePolicy": cache_policy,
+            **spec,
+        },
+    }

@@ -1,0 +1,103 @@
+from mountwarden.core.compare import check, compare
+from mountwarden.core.options import normalize
+from mountwarden.core.policy import resolve_policy
+
+EFS_MOUNT_TABLE = (
+    "rw,relatime,vers=4.1,rsize=1048576,wsize=1048576,namlen=255,hard,noresvport,proto=tcp,"
+    "timeo=600,retrans=2,sec=sys,clientaddr=10.0.1.7,local_lock=none,addr=10.0.0.9"
+)
+
+
+def observed(text):
+    return normalize(text, observed=True).options
+
+
+def declared(preset, *overrides):
+    return resolve_policy(provisioner="efs.csi.aws.com", cache_policy=preset, mount_options=overrides).options
+
+
+def test_missing_options_count_as_kernel_defaults():
+    # /proc/mounts never prints actimeo and prints ac* only when they differ from defaults.
+    findings = compare(declared("cached"), observed(EFS_MOUNT_TABLE))
+    by_option = {f.option: f for f in findings}
+    assert set(by_option) == {"acregmin", "acregmax", "acdirmin", "acdirmax"}
+    assert by_option["acregmax"].expected == 600 and by_option["acregmax"].actual == 60
+    assert by_option["acregmax"].severity == "error"
+    assert "(the kernel default)" in by_option["acregmax"].message
+
+
+def test_declared_defaults_match_an_empty_mount_table():
+    # lookupcache=all is declared by cached; the mount table omits it because it is the default.
+    assert compare({"lookupcache": "all", "cto": True}, observed("rw,vers=4.1")) == []
+
+
+def test_compliant_mount():
+    mount = EFS_MOUNT_TABLE + ",acregmin=600,acregmax=600,acdirmin=600,acdirmax=600"
+    result = check(declared("cached"), observed(mount), required=["hard"], forbidden=["soft", "nolock"])
+    assert result.compliant, result.findings
+
+
+def test_strict_declared_but_cached_mounted():
+    mount = EFS_MOUNT_TABLE + ",acregmin=600,acregmax=600,acdirmin=600,acdirmax=600"
+    findings = compare(declared("strict"), observed(mount))
+    lookup = next(f for f in findings if f.option == "lookupcache")
+    assert (lookup.expected, lookup.actual) == ("none", "all")
+
+
+def test_hard_soft_family_is_compared_as_one():
+    (finding,) = compare({"hard": True}, observed("rw,vers=4.1,soft"))
+    assert (finding.option, finding.expected, finding.actual, finding.severity) == (
+        "hard",
+        "hard",
+        "soft",
+        "error",
+    )
+
+
+def test_vers_4_accepts_any_minor_version():
+    assert compare({"vers": "4"}, observed("vers=4.2")) == []
+    (finding,) = compare({"vers": "4.1"}, observed("vers=4,minorversion=0"))
+    assert finding.actual == "4.0"
+
+
+def test_performance_drift_is_a_warning_and_explains_negotiation():
+    (finding,) = compare({"rsize": 1048576}, observed("rsize=65536"))
+    assert finding.severity == "warning" and "negotiated it down" in finding.message
+
+
+def test_efs_utils_options_are_not_checked_against_the_mount_table():
+    assert compare({"tls": True, "iam": True}, observed("rw,vers=4.1,port=20049")) == []
+
+
+def test_required_and_forbidden():
+    result = check(
+        {}, observed("rw,vers=3,soft,nolock"), required=["hard", "vers=4.1"], forbidden=["nolock", "soft"]
+    )
+    messages = [f.message for f in result.findings]
+    assert not result.compliant
+    assert any("hard is required" in m for m in messages)
+    assert any("vers=4.1 is required but the mount has vers=3" in m for m in messages)
+    assert any("nolock is forbidden" in m for m in messages)
+    assert any("soft is forbidden" in m for m in messages)
+
+
+def test_forbidden_bare_name_forbids_any_value():
+    result = check({}, observed("rw,nconnect=4"), forbidden=["nconnect"])
+    assert [f.option for f in result.findings] == ["nconnect"]
+
+
+def test_forbidden_actimeo_zero_matches_the_four_times():
+    result = check({}, observed("acregmin=0,acregmax=0,acdirmin=0,acdirmax=0"), forbidden=["actimeo=0"])
+    assert not result.compliant
+    assert check({}, observed("acregmin=0"), forbidden=["actimeo=0"]).compliant
+
+
+def test_info_findings_keep_compliance():
+    result = check({"addr": "10.0.0.1"}, observed("rw"))
+    assert result.compliant and result.findings[0].severity == "info"
+
+
+def test_to_dict_shape():
+    result = check({"hard": True}, observed("soft")).to_dict()
+    assert result["compliant"] is False
+    assert set(result["findings"][0]) == {"option", "expected", "actual", "severity", "message"}
