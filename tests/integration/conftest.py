@@ -33,3 +33,13 @@ def operator(cluster, crds_installed, tmp_path_factory) -> Iterator[OperatorProc
 def unique() -> str:
     """A short unique suffix so tests sharing one cluster never collide."""
     return uuid.uuid4().hex[:6]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """On a failure, attach the tail of the operator's log: the reason is usually there."""
+    outcome = yield
+    report = outcome.get_result()
+    process = item.funcargs.get("operator") if hasattr(item, "funcargs") else None
+    if report.failed and isinstance(process, OperatorProcess):
+        report.sections.append(("operator log (tail)", process.logs()[-6000:]))

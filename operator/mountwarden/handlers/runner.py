@@ -27,6 +27,31 @@ def configure(settings: kopf.OperatorSettings, **_) -> None:
     settings.networking.request_timeout = 60
 
 
+@kopf.on.login()
+def login(memo: kopf.Memo, **kwargs) -> kopf.ConnectionInfo | None:
+    """Log kopf in with the same credentials as the operator's own client.
+
+    kopf's default login reads $KUBECONFIG only when the client library is first
+    imported; --kubeconfig must win whenever it is given.
+    """
+    if memo.config.kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return kopf.login_with_service_account(**kwargs)
+    configuration = memo.kube_client.configuration
+    header = configuration.get_api_key_with_prefix("BearerToken") or configuration.get_api_key_with_prefix(
+        "authorization"
+    )
+    scheme, _, token = (header or "").partition(" ")
+    return kopf.ConnectionInfo(
+        server=configuration.host,
+        ca_path=configuration.ssl_ca_cert,
+        insecure=not configuration.verify_ssl,
+        scheme=scheme or None,
+        token=token or None,
+        certificate_path=configuration.cert_file,
+        private_key_path=configuration.key_file,
+    )
+
+
 def register_handlers() -> None:
     """Import the handler modules; importing registers them with kopf."""
     import mountwarden.handlers.profiles  # noqa: F401
@@ -34,11 +59,9 @@ def register_handlers() -> None:
 
 def run(config: OperatorConfig, *, standalone: bool = True, liveness_endpoint: str | None = None,
         peering_name: str | None = None, priority: int = 0) -> None:
-    if config.kubeconfig:
-        os.environ["KUBECONFIG"] = config.kubeconfig  # kopf's own login reads it too
     register_handlers()
     client = api_client(config.kubeconfig)
-    memo = kopf.Memo(config=config, storage_classes=StorageClasses(client))
+    memo = kopf.Memo(config=config, kube_client=client, storage_classes=StorageClasses(client))
     asyncio.run(kopf.operator(
         clusterwide=True,
         standalone=standalone,

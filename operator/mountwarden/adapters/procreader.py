@@ -1,0 +1,98 @@
+"""Reading a host's /proc (or a proc root assembled from samples) without ever failing a scan.
+
+Processes exit while they are being read, and some files are unreadable without
+privileges: every read here returns None (or an empty result) for an entry that
+vanished or is forbidden, and counts it, so one process never ends a scan.
+"""
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mountwarden.core.procfs import (
+    CgroupResult,
+    LocksResult,
+    MapsResult,
+    MountinfoResult,
+    MountstatsResult,
+    parse_cgroup,
+    parse_locks,
+    parse_maps,
+    parse_mountinfo,
+    parse_mountstats,
+)
+
+
+@dataclass
+class ReadCounters:
+    vanished: int = 0  # entries that disappeared mid-scan (processes exiting)
+    forbidden: int = 0  # entries we may not read (needs CAP_SYS_PTRACE / CAP_DAC_READ_SEARCH)
+
+    def note(self, error: OSError) -> None:
+        if isinstance(error, PermissionError):
+            self.forbidden += 1
+        else:
+            self.vanished += 1
+
+
+@dataclass
+class ProcRoot:
+    """A procfs mount: ``/proc``, a host's /proc at ``/host/proc``, or a directory of samples."""
+
+    path: Path
+    counters: ReadCounters = field(default_factory=ReadCounters)
+
+    def __post_init__(self) -> None:
+        self.path = Path(self.path)
+
+    def _text(self, *parts: str | int) -> str | None:
+        try:
+            return self.path.joinpath(*map(str, parts)).read_text(errors="replace")
+        except OSError as error:  # ENOENT/ESRCH from a process exiting mid-read, EACCES without privileges
+            self.counters.note(error)
+            return None
+
+    def mountinfo(self, pid: int | str = 1) -> MountinfoResult:
+        return parse_mountinfo(self._text(pid, "mountinfo") or "")
+
+    def mountstats(self, pid: int | str = 1) -> MountstatsResult:
+        return parse_mountstats(self._text(pid, "mountstats") or "")
+
+    def locks(self) -> LocksResult:
+        return parse_locks(self._text("locks") or "")
+
+    def pids(self) -> list[int]:
+        try:
+            return sorted(int(entry.name) for entry in os.scandir(self.path) if entry.name.isdigit())
+        except OSError as error:
+            self.counters.note(error)
+            return []
+
+    def cgroup(self, pid: int) -> CgroupResult | None:
+        text = self._text(pid, "cgroup")
+        return None if text is None else parse_cgroup(text)
+
+    def maps(self, pid: int) -> MapsResult | None:
+        text = self._text(pid, "maps")
+        return None if text is None else parse_maps(text)
+
+    def open_files(self, pid: int) -> dict[int, str]:
+        """fd number -> what it points at (a path, or ``socket:[...]``); empty when unreadable."""
+        fd_dir = self.path / str(pid) / "fd"
+        targets: dict[int, str] = {}
+        try:
+            entries = list(os.scandir(fd_dir))
+        except OSError as error:
+            self.counters.note(error)
+            return targets
+        for entry in entries:
+            try:
+                targets[int(entry.name)] = os.readlink(entry.path)
+            except (OSError, ValueError) as error:
+                if isinstance(error, OSError):
+                    self.counters.note(error)
+        return targets
+
+    def fd_path(self, pid: int, fd: int) -> Path:
+        """The /proc/<pid>/fd/<n> link itself: stat() and open() through it reach the file."""
+        return self.path / str(pid) / "fd" / str(fd)

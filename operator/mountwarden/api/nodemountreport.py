@@ -1,0 +1,98 @@
+"""NodeMountReport: what is really mounted on one node (cluster-scoped, named after the node).
+
+Written only by that node's agent, read by the operator, which compares every
+pod volume with its profile. Counters are a snapshot taken when the report was
+written; the agent rewrites the report only when something other than the
+counters changes (or as a heartbeat), and serves live rates on /metrics.
+"""
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import Field
+
+from mountwarden.api.base import ApiModel
+
+KIND = "NodeMountReport"
+PLURAL = "nodemountreports"
+
+
+class VolumePlugin(StrEnum):
+    CSI = "csi"  # pods/<uid>/volumes/kubernetes.io~csi/<pv>/mount
+    NFS = "nfs"  # pods/<uid>/volumes/kubernetes.io~nfs/<volume>
+    CSI_STAGING = "csi-staging"  # plugins/kubernetes.io/csi/<driver>/<hash>/globalmount
+
+
+class OptionsSource(StrEnum):
+    MOUNTSTATS = "mountstats"  # every effective option, defaults included
+    MOUNTINFO = "mountinfo"  # super options, kernel defaults filled in
+
+
+class OperationSummary(ApiModel):
+    ops: int = Field(ge=0, description="Requests completed since the mount was made.")
+    errors: int | None = Field(default=None, description="Requests that failed (null under RPC iostats 1.0).")
+    avg_rtt_ms: float | None = Field(default=None, description="Average round trip, milliseconds.")
+    avg_execute_ms: float | None = Field(default=None, description="Average time from queueing to completion.")
+    avg_queue_ms: float | None = Field(default=None, description="Average time waiting to be sent.")
+
+
+class MountedVolume(ApiModel):
+    """One pod volume (or CSI staging mount) on a network filesystem, as the kernel has it."""
+
+    pod_uid: str | None = Field(default=None, description="The pod's UID (none for CSI staging mounts).")
+    volume_name: str = Field(description="The PV name for CSI volumes, the pod's volume name for in-tree nfs.")
+    plugin: VolumePlugin = Field(description="csi, nfs or csi-staging: which kubelet path the mount lives under.")
+    driver: str | None = Field(default=None, description="CSI driver of a staging mount, e.g. efs.csi.aws.com.")
+    mount_point: str = Field(description="Where the kubelet mounted it on the node.")
+    fstype: str = Field(description="Filesystem type, e.g. nfs4.")
+    source: str = Field(description="The mount source: server:/export (EFS over TLS shows 127.0.0.1:/).")
+    server: str | None = Field(default=None, description="The server part of the source.")
+    export: str | None = Field(default=None, description="The export path part of the source.")
+    superblock: str = Field(description="The superblock as MAJ:MIN: mounts with the same one share their options.")
+    effective_options: list[str] = Field(description="Canonical options in effect, kernel defaults included.")
+    options_source: OptionsSource = Field(description="Where the options were read: mountstats or mountinfo.")
+    shared_with: list[str] = Field(
+        default_factory=list, description="Other mount points on this node with the same superblock."
+    )
+    nfs_version: str | None = Field(default=None, description="NFS version in effect, e.g. 4.1.")
+    connections: int | None = Field(default=None, description="Transport connections (xprt lines) to the server.")
+    server_mounts: int = Field(
+        default=1, ge=1, description="Mounts on this node to the same server: nconnect is fixed by the first one."
+    )
+    operations: dict[str, OperationSummary] = Field(
+        default_factory=dict, description="Per-operation totals at the time of the report (busiest operations)."
+    )
+
+
+class SqliteMode(StrEnum):
+    ROLLBACK = "rollback"
+    WAL = "wal"
+    UNKNOWN = "unknown"
+
+
+class SqliteFinding(ApiModel):
+    """A SQLite database in use on a network filesystem."""
+
+    severity: str = Field(description="critical (WAL), warning (rollback journal) or info.")
+    mode: SqliteMode = Field(description="Journal mode as seen from locks, open files and mappings.")
+    pid: int | None = Field(default=None, description="The process holding the lock or file.")
+    pod_uid: str | None = Field(default=None, description="The pod of that process, from its cgroup.")
+    container_id: str | None = Field(default=None, description="Its container, from its cgroup.")
+    device: str = Field(description="Device of the database file as MAJ:MIN.")
+    inode: int = Field(description="Inode of the database file.")
+    path: str | None = Field(default=None, description="Path of the database file, where readable.")
+    mount_point: str | None = Field(default=None, description="The network mount holding it.")
+    volume_name: str | None = Field(default=None, description="The pod volume holding it.")
+    lock: str | None = Field(default=None, description="The SQLite lock seen: PENDING, RESERVED or SHARED.")
+    message: str = Field(description="What was found and why it is a problem.")
+    remedy: str = Field(description="What to do about it.")
+
+
+class NodeMountReportSpec(ApiModel):
+    node_name: str = Field(description="The node this report describes (the object has the same name).")
+    scan_time: datetime = Field(description="When the agent last scanned the node.")
+    agent_version: str = Field(description="Version of the agent that wrote the report.")
+    network_fstypes: list[str] = Field(description="Filesystem types the agent treats as network storage.")
+    volumes: list[MountedVolume] = Field(default_factory=list, description="Pod volumes on network filesystems.")
+    sqlite: list[SqliteFinding] = Field(default_factory=list, description="SQLite databases in use on them.")
+    skipped_lines: int = Field(default=0, ge=0, description="Unreadable /proc lines skipped during the scan.")
