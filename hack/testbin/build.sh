@@ -16,6 +16,10 @@ cache_root=${MOUNTWARDEN_TESTBIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mountwar
 out="$cache_root/$key"
 
 binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm)
+mkdir -p "$cache_root"
+# One build at a time: parallel test sessions and `make run` may all ask at once.
+exec 9>"$cache_root/.build.lock"
+flock 9
 complete=1
 for b in "${binaries[@]}"; do [ -x "$out/$b" ] || complete=0; done
 if [ "$complete" = 1 ]; then

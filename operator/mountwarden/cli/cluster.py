@@ -1,0 +1,194 @@
+"""Subcommands: dev-cluster up|down (a real local control plane with kwok nodes)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from mountwarden.cli._app import app
+from mountwarden.cli._output import console, err_console, fail, print_json
+from mountwarden.devcluster import (
+    AlreadyRunningError,
+    BinariesError,
+    DevCluster,
+    DevClusterError,
+)
+from mountwarden.devcluster.binaries import ENV_VAR
+
+
+def _default_state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "mountwarden" / "dev-cluster"
+
+
+dev_cluster = typer.Typer(
+    name="dev-cluster",
+    help=(
+        "A real local Kubernetes control plane for tests and demos: etcd, kube-apiserver, "
+        "kube-controller-manager, kube-scheduler and kwok (simulated nodes whose pods become "
+        "Running and Ready). No container runtime needed."
+    ),
+    no_args_is_help=True,
+)
+app.add_typer(dev_cluster, name="dev-cluster")
+
+
+StateDirOption = Annotated[
+    Path,
+    typer.Option(
+        "--state-dir",
+        help="Directory for the cluster's kubeconfig, certificates, etcd data, logs and process ids.",
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+DEFAULT_STATE_DIR = _default_state_dir()
+
+
+@dev_cluster.command("up")
+def up(
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    nodes: Annotated[
+        int, typer.Option("--nodes", min=1, help="How many simulated (kwok) nodes to create.")
+    ] = 3,
+    binaries: Annotated[
+        Path | None,
+        typer.Option(
+            "--binaries",
+            help=(
+                "Directory holding etcd, kube-apiserver, kube-controller-manager, kube-scheduler, "
+                f"kubectl, kwok and helm. Default: ${ENV_VAR}, else built (once, cached) by the "
+                "repository's hack/testbin/build.sh."
+            ),
+        ),
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds to wait for the cluster to be usable.")
+    ] = 180.0,
+    json_output: JsonOption = False,
+) -> None:
+    """Start the control plane and wait until it is usable; the processes keep running detached.
+
+    Usable: the API server is ready, the default ServiceAccount exists and every node is Ready.
+    On failure, prints the tail of the failing component's log and stops whatever had started.
+    Exit code 1 when it cannot start, or when a cluster already runs in --state-dir.
+    """
+    interactive = err_console.is_terminal
+    with err_console.status("dev-cluster: starting", spinner="dots") as status:
+
+        def progress(message: str) -> None:
+            status.update(f"dev-cluster: {escape(message)}")
+            if not interactive:
+                # No spinner without a terminal (CI logs): one line per step instead.
+                err_console.print(f"dev-cluster: {escape(message)}", highlight=False)
+
+        def build_output(line: str) -> None:
+            err_console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+        cluster = DevCluster(
+            state_dir,
+            binaries,
+            on_progress=progress,
+            on_build_output=build_output,
+        )
+        try:
+            info = cluster.up(nodes=nodes, timeout=timeout)
+        except AlreadyRunningError as e:
+            status.stop()
+            fail(escape(e.message), code=1)
+        except BinariesError as e:
+            status.stop()
+            fail(escape(str(e)), code=1)
+        except DevClusterError as e:
+            status.stop()
+            _report_failure(e, cluster)
+            raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            status.stop()
+            err_console.print("[bold red]interrupted:[/] stopped every process that had started.")
+            raise typer.Exit(130) from None
+
+    if json_output:
+        print_json(info.to_json())
+        return
+    bin_dir = info.binaries
+    console.print(
+        f"[bold green]Dev cluster ready[/] in {info.startup_seconds:.1f}s: Kubernetes "
+        f"{escape(info.version or 'unknown')}, API server {escape(info.api_server)}, "
+        f"{len(info.nodes)} node{'s' if len(info.nodes) != 1 else ''} ({escape(', '.join(info.nodes))}).",
+        highlight=False,
+        soft_wrap=True,
+    )
+    # Plain lines from here on: they are meant to be copied into a shell.
+    lines = [
+        "",
+        "Use it:",
+        f"  export KUBECONFIG={info.kubeconfig}",
+        f"  export PATH={bin_dir}:$PATH    # the kubectl and helm built for it",
+        "  kubectl get nodes",
+        "",
+        f"Logs: {info.state_dir / 'logs'}/",
+        "Stop it:",
+        f"  mountwarden dev-cluster down --state-dir {info.state_dir}",
+    ]
+    console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
+
+
+def _report_failure(error: DevClusterError, cluster: DevCluster) -> None:
+    err_console.print(f"[bold red]error:[/] {escape(error.message)}", highlight=False)
+    if error.log_tail:
+        err_console.rule(f"last lines of {escape(error.log_path)}", style="red")
+        err_console.print(error.log_tail, markup=False, highlight=False, soft_wrap=True)
+        err_console.rule(style="red")
+    if error.stopped:
+        err_console.print(
+            f"Stopped what had started ({escape(', '.join(error.stopped))}). "
+            f"All logs: {escape(str(cluster.logs_dir))}/",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+@dev_cluster.command("down")
+def down(
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    purge: Annotated[bool, typer.Option("--purge", help="Also remove --state-dir (logs included).")] = False,
+    grace_period: Annotated[
+        float,
+        typer.Option("--grace-period", min=0, help="Seconds between SIGTERM and SIGKILL, per component."),
+    ] = 10.0,
+    json_output: JsonOption = False,
+) -> None:
+    """Stop every process that `up` started in --state-dir (idempotent)."""
+    started = time.monotonic()
+    cluster = DevCluster(state_dir)
+    existed = cluster.state_dir.exists()
+    try:
+        stopped = cluster.down(purge=purge, grace_seconds=grace_period)
+    except DevClusterError as e:
+        fail(escape(str(e)), code=1)
+    seconds = time.monotonic() - started
+    if json_output:
+        print_json(
+            {
+                "state_dir": str(cluster.state_dir),
+                "stopped": stopped,
+                "purged": purge and existed,
+                "seconds": round(seconds, 2),
+            }
+        )
+        return
+    if stopped:
+        console.print(
+            f"Stopped {escape(', '.join(stopped))} in {seconds:.1f}s.", highlight=False, soft_wrap=True
+        )
+    else:
+        console.print(
+            f"Nothing was running in {escape(str(cluster.state_dir))}.", highlight=False, soft_wrap=True
+        )
+    if purge and existed:
+        console.print(f"Removed {escape(str(cluster.state_dir))}.", highlight=False, soft_wrap=True)

@@ -1,0 +1,768 @@
+"""A real local control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler
+and kwok (simulated nodes whose pods become Running and Ready), started as detached
+processes whose pids, logs, certificates and kubeconfig live in one state directory.
+
+Layout of the state directory:
+
+    state.json         what `down` needs: pids (with start times), ports, binaries
+    kubeconfig         admin (group system:masters); certificates embedded
+    logs/<component>.log
+    pki/               the CA, serving and client certificates, service-account keys
+    kubeconfigs/       one per component, each with its own identity
+    etcd/              etcd's data directory
+    kwok.yaml          kwok's stages (the behaviour of the simulated kubelets)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mountwarden.devcluster import pki as pki_
+from mountwarden.devcluster import processes
+from mountwarden.devcluster.binaries import Binaries, resolve
+from mountwarden.devcluster.kubectl import run_kubectl
+from mountwarden.devcluster.kwok_stages import STAGES
+
+ETCD = "etcd"
+APISERVER = "kube-apiserver"
+CONTROLLER_MANAGER = "kube-controller-manager"
+SCHEDULER = "kube-scheduler"
+KWOK = "kwok"
+#: Start order; `down` stops them all at once.
+COMPONENTS = (ETCD, APISERVER, CONTROLLER_MANAGER, SCHEDULER, KWOK)
+
+#: How kwok recognises the nodes it simulates (and how users recognise them too).
+KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
+#: Pod IPs handed out by kwok: a /16 leaves room for tens of thousands of pods, and does
+#: not overlap the Service range (10.0.0.0/24).
+POD_CIDR = "10.244.0.0/16"
+#: kwok renews each node's Lease at this period, well inside the node controller's grace
+#: period, so simulated nodes never turn NotReady.
+NODE_LEASE_SECONDS = 40
+#: Client rate limits for the controllers and the scheduler: the defaults (20 and 50 QPS)
+#: take minutes to create or bind thousands of pods, which benchmarks do.
+CLIENT_QPS, CLIENT_BURST = "500", "1000"
+
+STATE_FILE = "state.json"
+_POLL = 0.1  # seconds between readiness checks: short, since each check is one loopback request
+
+
+class DevClusterError(RuntimeError):
+    """The dev cluster could not start or stop; the message says which component and why."""
+
+    def __init__(self, message: str, *, component: str | None = None, log_tail: str = "", log_path: str = ""):
+        super().__init__(message)
+        self.message = message
+        self.component = component
+        self.log_tail = log_tail
+        self.log_path = log_path
+        #: Components that had started and were stopped because of this error.
+        self.stopped: list[str] = []
+
+    def __str__(self) -> str:
+        if not self.log_tail:
+            return self.message
+        return f"{self.message}\n--- last lines of {self.log_path} ---\n{self.log_tail}"
+
+
+class AlreadyRunningError(DevClusterError):
+    """`up` on a state directory whose cluster still runs."""
+
+
+@dataclass
+class ClusterInfo:
+    """What `up` started: enough to use the cluster and to stop it."""
+
+    state_dir: Path
+    kubeconfig: Path
+    api_server: str
+    processes: dict[str, processes.RecordedProcess]
+    nodes: list[str]
+    binaries: Path
+    version: str = ""
+    startup_seconds: float = 0.0
+    #: Seconds from the start of `up` to the end of each step, in order.
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kubeconfig": str(self.kubeconfig),
+            "state_dir": str(self.state_dir),
+            "api_server": self.api_server,
+            "processes": {name: {"pid": p.pid, "log": p.log} for name, p in self.processes.items()},
+            "nodes": list(self.nodes),
+            "binaries": str(self.binaries),
+            "version": self.version,
+            "startup_seconds": round(self.startup_seconds, 2),
+            "timings": {step: round(t, 2) for step, t in self.timings.items()},
+        }
+
+
+class _Api:
+    """Just enough of a Kubernetes REST client for bootstrapping, on the standard library.
+
+    The kubernetes package takes about a second to import, longer than the API server
+    needs to answer /readyz; this keeps `up` fast.
+    """
+
+    def __init__(self, server: str, ca: pki_.CertKey, client: pki_.CertKey):
+        self.server = server
+        self._context = ssl.create_default_context(cafile=str(ca.cert))
+        self._context.load_cert_chain(str(client.cert), str(client.key))
+
+    def request(self, method: str, path: str, body: Any = None, timeout: float = 5.0) -> tuple[int, Any]:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.server + path, data=data, method=method)
+        req.add_header("Accept", "application/json")
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, context=self._context, timeout=timeout) as resp:
+                status, raw = resp.status, resp.read()
+        except urllib.error.HTTPError as e:
+            status, raw = e.code, e.read()
+        try:
+            return status, json.loads(raw)
+        except ValueError:
+            return status, raw.decode(errors="replace")
+
+
+def _healthz(port: int, timeout: float = 2.0) -> bool:
+    """GET /healthz on a component's secure port (self-signed; the path is always allowed)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with urllib.request.urlopen(
+            f"https://127.0.0.1:{port}/healthz", context=context, timeout=timeout
+        ) as r:
+            return r.status == 200
+    except (OSError, urllib.error.URLError):
+        return False
+
+
+def _node(name: str, index: int) -> dict[str, Any]:
+    """A plain v1.Node that kwok will simulate: no taints, room for thousands of pods."""
+    resources = {"cpu": "1000", "memory": "1Ti", "pods": "10000", "ephemeral-storage": "1Ti"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "type": "kwok",
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                # Spread over zones like a real multi-AZ cluster (EFS mount targets are per AZ).
+                "topology.kubernetes.io/zone": f"dev-zone-{'abc'[index % 3]}",
+            },
+            "annotations": {KWOK_NODE_ANNOTATION[0]: KWOK_NODE_ANNOTATION[1]},
+        },
+        "spec": {},
+        "status": {
+            "allocatable": resources,
+            "capacity": resources,
+            # kwok keeps an address that is already set: give each node its own.
+            "addresses": [
+                {"type": "InternalIP", "address": f"10.1.{index // 250}.{index % 250 + 1}"},
+                {"type": "Hostname", "address": name},
+            ],
+        },
+    }
+
+
+def _node_ready(node: dict[str, Any]) -> bool:
+    conditions = node.get("status", {}).get("conditions") or []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    # The node controller adds node.kubernetes.io/not-ready (NoSchedule) until it has seen
+    # the node Ready; the scheduler would place nothing there before it removes the taint.
+    tainted = any(
+        t.get("key", "").startswith("node.kubernetes.io/") for t in node.get("spec", {}).get("taints") or []
+    )
+    return ready and not tainted
+
+
+class DevCluster:
+    """A local control plane in `state_dir`.
+
+    `binaries` is a directory (or a Binaries); when None it is found the way
+    `mountwarden dev-cluster up` finds it ($MOUNTWARDEN_TESTBIN_DIR or hack/testbin/build.sh).
+    `on_progress` receives one short line per step; `on_build_output` each line that
+    build.sh prints while it builds. With `stop_with_parent`, the components stop when the
+    calling process dies (for test sessions); by default they run on detached.
+    """
+
+    def __init__(
+        self,
+        state_dir: str | Path,
+        binaries: Binaries | str | Path | None = None,
+        *,
+        on_progress: Callable[[str], None] | None = None,
+        on_build_output: Callable[[str], None] | None = None,
+        stop_with_parent: bool = False,
+    ):
+        self.state_dir = Path(state_dir).expanduser().resolve()
+        # A directory is checked when `up` needs it, so that the error surfaces there.
+        self._binaries: Binaries | None = binaries if isinstance(binaries, Binaries) else None
+        self._binaries_arg = None if isinstance(binaries, Binaries) else binaries
+        self._on_progress = on_progress or (lambda _message: None)
+        self._on_build_output = on_build_output
+        # True for test sessions: if the process that ran `up` dies without `down`, the
+        # components are killed instead of running on unattended. (Linux ties this to the
+        # thread that started them: call `up` from a thread that lives as long as the cluster.)
+        self._stop_with_parent = stop_with_parent
+        # Popen objects of the processes this instance started, so that it can reap them.
+        self._children: list[subprocess.Popen] = []
+
+    # -- paths ---------------------------------------------------------------------------
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.state_dir / "kubeconfig"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.state_dir / "logs"
+
+    @property
+    def state_file(self) -> Path:
+        return self.state_dir / STATE_FILE
+
+    @property
+    def binaries(self) -> Binaries:
+        """The binaries: as given, as recorded by the last `up` in this state dir, or resolved."""
+        if self._binaries is None and self._binaries_arg is not None:
+            self._binaries = resolve(self._binaries_arg)
+        if self._binaries is None:
+            recorded = self._read_state().get("binaries")
+            if recorded and not Binaries(Path(recorded)).missing():
+                self._binaries = Binaries(Path(recorded))
+            else:
+                self._binaries = resolve(on_output=self._on_build_output)
+        return self._binaries
+
+    def binary(self, name: str) -> Path:
+        """Path of one binary by file name, e.g. binary('helm')."""
+        return self.binaries.path(name)
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float | None = 120.0
+    ) -> subprocess.CompletedProcess[str]:
+        """Run the built kubectl against this cluster's admin kubeconfig."""
+        return run_kubectl(
+            self.binaries.kubectl, self.kubeconfig, *args, input=input, check=check, timeout=timeout
+        )
+
+    # -- state ---------------------------------------------------------------------------
+
+    def _read_state(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.state_file.read_text())
+        except FileNotFoundError:
+            return {}
+        except ValueError as e:
+            raise DevClusterError(
+                f"{self.state_file} is not valid JSON ({e}); stop any processes it named by hand, "
+                "then delete the file"
+            ) from e
+
+    def _write_state(self, state: dict[str, Any]) -> None:
+        # Write then rename, so a crash never leaves a half-written file that `down` cannot read.
+        tmp = self.state_file.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(state, indent=2) + "\n")
+        os.replace(tmp, self.state_file)
+
+    def _records(self) -> list[processes.RecordedProcess]:
+        state = self._read_state()
+        return [
+            processes.RecordedProcess.from_dict(name, p) for name, p in state.get("processes", {}).items()
+        ]
+
+    def running(self) -> list[str]:
+        """Names of this state dir's components that are running now."""
+        return [r.name for r in self._records() if processes.is_ours(r)]
+
+    def _strays(self) -> list[int]:
+        # Components not in state.json (a crash between start and record) still name the
+        # state dir in their arguments: every one has a path under it.
+        return processes.processes_mentioning(str(self.state_dir) + os.sep, COMPONENTS)
+
+    def info(self) -> ClusterInfo | None:
+        """The cluster recorded in the state dir by the last successful `up`, or None."""
+        state = self._read_state()
+        if not state.get("ready"):
+            return None
+        return ClusterInfo(
+            state_dir=self.state_dir,
+            kubeconfig=self.kubeconfig,
+            api_server=state["api_server"],
+            processes={r.name: r for r in self._records()},
+            nodes=list(state.get("nodes", [])),
+            binaries=Path(state.get("binaries", "")),
+            version=state.get("version", ""),
+            startup_seconds=float(state.get("startup_seconds", 0.0)),
+            timings=dict(state.get("timings", {})),
+        )
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold the state dir's lock, so that two `up`/`down` never interleave."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.state_dir / ".lock", "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise DevClusterError(
+                    f"another `mountwarden dev-cluster up` or `down` is working on {self.state_dir}; "
+                    "wait for it to finish"
+                ) from None
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    # -- up ------------------------------------------------------------------------------
+
+    def up(self, nodes: int = 3, timeout: float = 180.0) -> ClusterInfo:
+        """Start the control plane and `nodes` simulated nodes; return once it is usable.
+
+        Usable means: the API server answers /readyz, the `default` ServiceAccount exists
+        in `default` (kube-controller-manager works), the scheduler is healthy, and every
+        node is Ready and untainted (kwok works). On any failure, including Ctrl-C,
+        everything already started is stopped, and the error carries the tail of the
+        failing component's log.
+        """
+        if nodes < 1:
+            raise DevClusterError(f"--nodes must be at least 1 (got {nodes}): pods need a node to run on")
+        self._refuse_foreign_dir()
+        self._refuse_if_running()  # before a build that may take minutes
+        # Resolve (and maybe build) before touching the state dir, and outside the
+        # start-up timeout. A directory recorded by an earlier run is not reused here:
+        # `up` follows --binaries and the environment of today.
+        if self._binaries is None:
+            self._on_progress("finding the control-plane binaries")
+            self._binaries = resolve(self._binaries_arg, on_output=self._on_build_output)
+        binaries = self._binaries
+        with self._locked():
+            self._refuse_if_running()  # again, under the lock
+            started = time.monotonic()
+            try:
+                return self._up(binaries, nodes, started, started + timeout)
+            except BaseException as e:
+                self._on_progress("stopping what was started")
+                stopped = self._stop_all()
+                if isinstance(e, DevClusterError):
+                    e.stopped = stopped
+                raise
+
+    def _refuse_foreign_dir(self) -> None:
+        # `up` deletes what an earlier run left (logs/, pki/, etcd/...): never do that in a
+        # directory that some other tool owns, such as a mistyped --state-dir ~.
+        if not self.state_dir.exists() or self.state_file.exists():
+            return
+        if any(p.name != ".lock" for p in self.state_dir.iterdir()):
+            raise DevClusterError(
+                f"{self.state_dir} is not empty and holds no {STATE_FILE}, so it is not a dev-cluster "
+                "state directory; choose a new or empty directory for --state-dir"
+            )
+
+    def _refuse_if_running(self) -> None:
+        running = self.running()
+        strays = self._strays()
+        if not running and not strays:
+            return
+        state = self._read_state()
+        what = ", ".join(running) if running else "processes " + ", ".join(map(str, strays))
+        api = f" (API server {state['api_server']})" if state.get("api_server") else ""
+        raise AlreadyRunningError(
+            f"a dev cluster already runs in {self.state_dir}{api}: {what}.\n"
+            f"Use it:      export KUBECONFIG={self.kubeconfig}\n"
+            f"or stop it:  mountwarden dev-cluster down --state-dir {self.state_dir}"
+        )
+
+    def _clean_previous_run(self) -> None:
+        # Each `up` makes a new cluster: a new CA would not match old etcd data (service
+        # account tokens, secrets), so nothing of a previous run is reused.
+        for name in ("etcd", "pki", "kubeconfigs", "logs", "flexvolume"):
+            shutil.rmtree(self.state_dir / name, ignore_errors=True)
+        for name in ("kubeconfig", "kwok.yaml", STATE_FILE):
+            (self.state_dir / name).unlink(missing_ok=True)
+
+    def _up(self, binaries: Binaries, nodes: int, started: float, deadline: float) -> ClusterInfo:
+        timings: dict[str, float] = {}
+
+        def step_done(step: str) -> None:
+            timings[step] = time.monotonic() - started
+
+        self._clean_previous_run()
+        self.logs_dir.mkdir(parents=True)
+        self._on_progress("generating certificates")
+        certs = pki_.generate(self.state_dir / "pki")
+        step_done("certificates")
+
+        ports = dict(
+            zip(
+                ("etcd_client", "etcd_peer", APISERVER, CONTROLLER_MANAGER, SCHEDULER),
+                processes.free_ports(5),
+                strict=True,
+            )
+        )
+        api_server = f"https://127.0.0.1:{ports[APISERVER]}"
+        kubeconfigs = self.state_dir / "kubeconfigs"
+        pki_.write_kubeconfig(
+            self.kubeconfig, server=api_server, ca=certs.ca, user="mountwarden-dev-admin", client=certs.admin
+        )
+        kcm_kubeconfig = pki_.write_kubeconfig(
+            kubeconfigs / f"{CONTROLLER_MANAGER}.kubeconfig",
+            server=api_server,
+            ca=certs.ca,
+            user="system:kube-controller-manager",
+            client=certs.controller_manager,
+        )
+        scheduler_kubeconfig = pki_.write_kubeconfig(
+            kubeconfigs / f"{SCHEDULER}.kubeconfig",
+            server=api_server,
+            ca=certs.ca,
+            user="system:kube-scheduler",
+            client=certs.scheduler,
+        )
+        kwok_kubeconfig = pki_.write_kubeconfig(
+            kubeconfigs / f"{KWOK}.kubeconfig",
+            server=api_server,
+            ca=certs.ca,
+            user="kwok-controller",
+            client=certs.kwok,
+        )
+        kwok_config = self.state_dir / "kwok.yaml"
+        kwok_config.write_text(STAGES)
+
+        state: dict[str, Any] = {
+            "format": 1,
+            "api_server": api_server,
+            "binaries": str(binaries.dir),
+            "ports": ports,
+            "processes": {},
+            "ready": False,
+        }
+        self._write_state(state)
+
+        def start(name: str, binary: Path, args: list[str]) -> processes.RecordedProcess:
+            record, popen = processes.spawn(
+                name,
+                [str(binary), *args],
+                self.logs_dir / f"{name}.log",
+                cwd=self.state_dir,
+                stop_with_parent=self._stop_with_parent,
+            )
+            self._children.append(popen)
+            state["processes"][name] = record.to_dict()
+            # Recorded at once: if `up` dies now, `down` still finds this process.
+            self._write_state(state)
+            return record
+
+        etcd_url = f"http://127.0.0.1:{ports['etcd_client']}"
+        peer_url = f"http://127.0.0.1:{ports['etcd_peer']}"
+        self._on_progress("starting etcd")
+        etcd = start(
+            ETCD,
+            binaries.etcd,
+            [
+                "--name=mountwarden-dev",
+                f"--data-dir={self.state_dir / 'etcd'}",
+                f"--listen-client-urls={etcd_url}",
+                f"--advertise-client-urls={etcd_url}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster=mountwarden-dev={peer_url}",
+                # A throwaway cluster: durability is not worth an fsync per write.
+                "--unsafe-no-fsync=true",
+                "--log-level=warn",
+            ],
+        )
+        # No wait for etcd here: the API server retries etcd while it starts, and the
+        # second or so etcd may take to elect itself overlaps with the API server's start.
+        self._on_progress("starting kube-apiserver")
+        pki_dir = self.state_dir / "pki"
+        apiserver = start(
+            APISERVER,
+            binaries.kube_apiserver,
+            [
+                f"--etcd-servers={etcd_url}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={ports[APISERVER]}",
+                # Otherwise the API server writes self-signed certificates to /var/run/kubernetes.
+                f"--cert-dir={pki_dir}",
+                f"--tls-cert-file={certs.apiserver.cert}",
+                f"--tls-private-key-file={certs.apiserver.key}",
+                f"--client-ca-file={certs.ca.cert}",
+                "--authorization-mode=Node,RBAC",
+                f"--service-cluster-ip-range={pki_.SERVICE_CLUSTER_IP_RANGE}",
+                "--allow-privileged=true",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={certs.service_account_pub}",
+                f"--service-account-signing-key-file={certs.service_account_key}",
+                # Front proxy: lets aggregated API servers (and the controller manager's
+                # and scheduler's delegated authentication) trust the API server.
+                f"--requestheader-client-ca-file={certs.front_proxy_ca.cert}",
+                f"--requestheader-allowed-names={pki_.FRONT_PROXY_CLIENT}",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                f"--proxy-client-cert-file={certs.front_proxy_client.cert}",
+                f"--proxy-client-key-file={certs.front_proxy_client.key}",
+                # The default admission plugins stay on, ServiceAccount among them: it
+                # gives pods their service account as on any real cluster.
+            ],
+        )
+        self._wait(
+            "etcd to answer /health",
+            lambda: self._etcd_healthy(etcd_url),
+            [etcd, apiserver],
+            deadline,
+            blame=etcd,
+        )
+        step_done(ETCD)
+        api = _Api(api_server, certs.ca, certs.admin)
+        self._on_progress("waiting for kube-apiserver /readyz")
+        self._wait(
+            "kube-apiserver to answer /readyz",
+            lambda: self._get_ok(api, "/readyz"),
+            [etcd, apiserver],
+            deadline,
+        )
+        step_done(APISERVER)
+
+        self._on_progress("starting kube-controller-manager, kube-scheduler and kwok")
+        always_allow = "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics"
+        controller_manager = start(
+            CONTROLLER_MANAGER,
+            binaries.kube_controller_manager,
+            [
+                f"--kubeconfig={kcm_kubeconfig}",
+                f"--authentication-kubeconfig={kcm_kubeconfig}",
+                f"--authorization-kubeconfig={kcm_kubeconfig}",
+                f"--root-ca-file={certs.ca.cert}",
+                f"--service-account-private-key-file={certs.service_account_key}",
+                # Each controller acts as its own service account, as in a real cluster,
+                # so that RBAC problems show up here first.
+                "--use-service-account-credentials=true",
+                # Lets tests obtain signed certificates through the CertificateSigningRequest API.
+                f"--cluster-signing-cert-file={certs.ca.cert}",
+                f"--cluster-signing-key-file={certs.ca.key}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={ports[CONTROLLER_MANAGER]}",
+                always_allow,
+                # One instance: leader election would only delay the start.
+                "--leader-elect=false",
+                "--controllers=*",
+                # Otherwise it creates /usr/libexec/kubernetes/kubelet-plugins/volume/exec.
+                f"--flex-volume-plugin-dir={self.state_dir / 'flexvolume'}",
+                f"--kube-api-qps={CLIENT_QPS}",
+                f"--kube-api-burst={CLIENT_BURST}",
+            ],
+        )
+        scheduler = start(
+            SCHEDULER,
+            binaries.kube_scheduler,
+            [
+                f"--kubeconfig={scheduler_kubeconfig}",
+                f"--authentication-kubeconfig={scheduler_kubeconfig}",
+                f"--authorization-kubeconfig={scheduler_kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={ports[SCHEDULER]}",
+                always_allow,
+                "--leader-elect=false",
+                f"--kube-api-qps={CLIENT_QPS}",
+                f"--kube-api-burst={CLIENT_BURST}",
+            ],
+        )
+        kwok = start(
+            KWOK,
+            binaries.kwok,
+            [
+                f"--kubeconfig={kwok_kubeconfig}",
+                # Our own stages, and never the user's ~/.kwok/kwok.yaml.
+                f"--config={kwok_config}",
+                "--manage-all-nodes=false",
+                f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION[0]}={KWOK_NODE_ANNOTATION[1]}",
+                f"--cidr={POD_CIDR}",
+                "--node-ip=10.1.0.1",
+                f"--node-lease-duration-seconds={NODE_LEASE_SECONDS}",
+            ],
+        )
+        everything = [etcd, apiserver, controller_manager, scheduler, kwok]
+
+        node_names = [f"kwok-node-{i}" for i in range(nodes)]
+        self._on_progress(f"creating {nodes} kwok node{'s' if nodes != 1 else ''}")
+        for index, name in enumerate(node_names):
+            status, body = api.request("POST", "/api/v1/nodes", _node(name, index))
+            if status not in (201, 409):
+                raise DevClusterError(f"creating node {name} failed: HTTP {status}: {body}")
+        step_done("nodes created")
+
+        self._on_progress("waiting for the default ServiceAccount (kube-controller-manager)")
+        self._wait(
+            "kube-controller-manager to create the default ServiceAccount",
+            lambda: self._get_ok(api, "/api/v1/namespaces/default/serviceaccounts/default"),
+            everything,
+            deadline,
+            blame=controller_manager,
+        )
+        step_done("default service account")
+        self._on_progress("waiting for kube-scheduler /healthz")
+        self._wait(
+            "kube-scheduler to answer /healthz",
+            lambda: _healthz(ports[SCHEDULER]),
+            everything,
+            deadline,
+            blame=scheduler,
+        )
+        step_done(SCHEDULER)
+        self._on_progress(f"waiting for {nodes} node{'s' if nodes != 1 else ''} to be Ready (kwok)")
+        self._wait(
+            "the kwok nodes to be Ready and untainted",
+            lambda: self._nodes_ready(api, node_names),
+            everything,
+            deadline,
+            blame=kwok,
+        )
+        step_done("nodes ready")
+
+        status, version = api.request("GET", "/version")
+        git_version = version.get("gitVersion", "") if isinstance(version, dict) else ""
+        startup = time.monotonic() - started
+        state.update(
+            ready=True,
+            nodes=node_names,
+            version=git_version,
+            startup_seconds=round(startup, 3),
+            timings={k: round(v, 3) for k, v in timings.items()},
+        )
+        self._write_state(state)
+        info = self.info()
+        assert info is not None
+        return info
+
+    # -- waiting -------------------------------------------------------------------------
+
+    def _wait(
+        self,
+        what: str,
+        check: Callable[[], bool],
+        watched: list[processes.RecordedProcess],
+        deadline: float,
+        blame: processes.RecordedProcess | None = None,
+    ) -> None:
+        """Poll `check` until it holds; fail early, with its log, when a watched process exits."""
+        while True:
+            for record in watched:
+                if not processes.is_alive(record.pid):
+                    raise DevClusterError(
+                        f"{record.name} exited{self._exit_status(record.pid)} while waiting for {what}",
+                        component=record.name,
+                        log_tail=processes.tail(record.log),
+                        log_path=record.log,
+                    )
+            if check():
+                return
+            if time.monotonic() > deadline:
+                culprit = blame or watched[-1]
+                raise DevClusterError(
+                    f"timed out waiting for {what}",
+                    component=culprit.name,
+                    log_tail=processes.tail(culprit.log),
+                    log_path=culprit.log,
+                )
+            time.sleep(_POLL)
+
+    @staticmethod
+    def _exit_status(pid: int) -> str:
+        code = processes.exit_code(pid)
+        if code is None:
+            return ""
+        return f" (killed by signal {-code})" if code < 0 else f" with exit code {code}"
+
+    @staticmethod
+    def _etcd_healthy(url: str) -> bool:
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2) as resp:
+                return json.loads(resp.read()).get("health") == "true"
+        except (OSError, ValueError, urllib.error.URLError):
+            return False
+
+    @staticmethod
+    def _get_ok(api: _Api, path: str) -> bool:
+        try:
+            status, _ = api.request("GET", path, timeout=2)
+        except (OSError, urllib.error.URLError):
+            return False
+        return status == 200
+
+    @staticmethod
+    def _nodes_ready(api: _Api, names: list[str]) -> bool:
+        try:
+            status, body = api.request("GET", "/api/v1/nodes?labelSelector=type%3Dkwok", timeout=2)
+        except (OSError, urllib.error.URLError):
+            return False
+        if status != 200 or not isinstance(body, dict):
+            return False
+        ready = {n["metadata"]["name"] for n in body.get("items", []) if _node_ready(n)}
+        return all(name in ready for name in names)
+
+    # -- down ----------------------------------------------------------------------------
+
+    def _stop_all(self, grace_seconds: float = processes.DEFAULT_GRACE_SECONDS) -> list[str]:
+        by_name = {r.name: r for r in self._records()}
+        # Clients first, then the API server, etcd last: the API server stopped together
+        # with etcd hangs retrying it until killed, and etcd waits for its clients.
+        phases = [
+            [by_name.pop(name) for name in (KWOK, SCHEDULER, CONTROLLER_MANAGER) if name in by_name],
+            [by_name.pop(name) for name in (APISERVER,) if name in by_name],
+            [by_name.pop(name) for name in (ETCD,) if name in by_name],
+            list(by_name.values()),  # anything a future version records
+        ]
+        recorded = {r.pid for phase in phases for r in phase}
+        strays = [pid for pid in self._strays() if pid not in recorded]
+        stopped = processes.stop(phases, extra_pids=strays, grace_seconds=grace_seconds)
+        for child in self._children:
+            child.poll()  # reap, and mark the Popen finished
+        self._children.clear()
+        state = self._read_state()
+        if state:
+            state["processes"] = {}
+            state["ready"] = False
+            self._write_state(state)
+        return stopped
+
+    def down(self, purge: bool = False, grace_seconds: float = processes.DEFAULT_GRACE_SECONDS) -> list[str]:
+        """Stop every process of this state dir (SIGTERM, SIGKILL after `grace_seconds`).
+
+        Idempotent. Returns the names of the components that were still running.
+        With `purge`, also remove the state directory (only if it is a dev-cluster one).
+        """
+        if not self.state_dir.exists():
+            return []
+        if purge and not (self.state_file.exists() or not any(self.state_dir.iterdir())):
+            raise DevClusterError(
+                f"refusing to purge {self.state_dir}: it holds no {STATE_FILE}, so it is not a "
+                "dev-cluster state directory; remove it yourself if you mean it"
+            )
+        with self._locked():
+            stopped = self._stop_all(grace_seconds)
+        if purge:
+            shutil.rmtree(self.state_dir)
+        return stopped
