@@ -1,0 +1,80 @@
+"""The EFS burst-credit model and forecast: pure, no AWS imports.
+
+- :mod:`.bucket`: baseline, burst ceiling, balance cap, drain and refill times,
+  ops budget, for a file system size (:class:`CreditBucket`).
+- :mod:`.metering`: how requests are metered (4 KiB minimum, reads at 1/3,
+  Elastic's 32 KiB data minimum) and what a count of metadata requests costs.
+- :mod:`.series`: the AWS/EFS metrics, their GetMetricData query ids, and
+  :class:`CreditSeries`, one file system's samples over a window.
+- :mod:`.trend`: the Theil–Sen slope.
+- :mod:`.forecast`: :func:`forecast_credits` (state, time to empty, advice) and
+  :func:`credit_condition` (the message a StorageProfile shows).
+- :mod:`.problems`: :class:`CreditWatchProblem`, why a forecast could not be made.
+"""
+
+from mountwarden.core.credits.bucket import CreditBucket, OpsBudget, SingleClientCeiling, ThroughputMode
+from mountwarden.core.credits.forecast import (
+    CreditCondition,
+    CreditState,
+    Forecast,
+    ForecastSettings,
+    Recommendation,
+    condition_message,
+    credit_condition,
+    forecast_credits,
+    recommend_throughput_mode,
+)
+from mountwarden.core.credits.metering import MetadataLoad, RequestKind, metadata_load, metered_bytes
+from mountwarden.core.credits.problems import CreditWatchProblem, ProblemReason
+from mountwarden.core.credits.series import (
+    CREDIT_METRICS,
+    PERIOD_SECONDS,
+    STORAGE_QUERY,
+    CreditSeries,
+    EfsMetric,
+    MetricQuery,
+    Sample,
+    make_samples,
+    samples_from_metric_data,
+)
+from mountwarden.core.credits.trend import theil_sen_slope
+from mountwarden.core.credits.units import GIB, KIB, MIB, TIB, format_bytes, format_duration, format_rate
+
+__all__ = [
+    "CREDIT_METRICS",
+    "GIB",
+    "KIB",
+    "MIB",
+    "PERIOD_SECONDS",
+    "STORAGE_QUERY",
+    "TIB",
+    "CreditBucket",
+    "CreditCondition",
+    "CreditSeries",
+    "CreditState",
+    "CreditWatchProblem",
+    "EfsMetric",
+    "Forecast",
+    "ForecastSettings",
+    "MetadataLoad",
+    "MetricQuery",
+    "OpsBudget",
+    "ProblemReason",
+    "Recommendation",
+    "RequestKind",
+    "Sample",
+    "SingleClientCeiling",
+    "ThroughputMode",
+    "condition_message",
+    "credit_condition",
+    "forecast_credits",
+    "format_bytes",
+    "format_duration",
+    "format_rate",
+    "make_samples",
+    "metadata_load",
+    "metered_bytes",
+    "recommend_throughput_mode",
+    "samples_from_metric_data",
+    "theil_sen_slope",
+]

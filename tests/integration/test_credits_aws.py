@@ -1,0 +1,447 @@
+"""The credit watch through boto3 against a real local moto server, and the CLI on top of it.
+
+What moto 5.x does and does not do (tried, not assumed):
+- EFS: CreateFileSystem/DescribeFileSystems work (pages of 10 without MaxItems), SizeInBytes is
+  always 0 (so the size comes from the StorageBytes metric), there is no UpdateFileSystem, and an
+  unknown id answers FileSystemNotFound (404).
+- CloudWatch GetMetricData aggregates PutMetricData points into Period buckets counted from
+  StartTime, honours Minimum/Average/Sum and the StorageClass dimension, omits empty buckets and
+  answers many queries at once, but enforces neither the 500-query limit nor MaxDatapoints and never
+  pages (no NextToken); it never throttles or denies. Paging, throttling and AccessDenied are
+  therefore played with botocore's Stubber, and bounded retries with a before-send hook.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import boto3
+import pytest
+from botocore.awsrequest import AWSResponse
+from botocore.stub import ANY, Stubber
+from tests.integration.moto_server import MotoServer, _moto_server_process, aws_env, moto_server  # noqa: F401  (fixtures)
+
+from mountwarden.adapters.aws import (
+    AwsClients,
+    FileSystemFacts,
+    batch_queries,
+    describe_file_systems,
+    fetch_credit_series,
+    make_clients,
+    plan_metric_queries,
+)
+from mountwarden.core.credits import (
+    GIB,
+    MIB,
+    TIB,
+    CreditSeries,
+    CreditState,
+    CreditWatchProblem,
+    EfsMetric,
+    ProblemReason,
+    ThroughputMode,
+    forecast_credits,
+)
+
+pytestmark = pytest.mark.aws
+
+MOUNTWARDEN = str(Path(sys.executable).with_name("mountwarden"))
+PERIOD = 300
+WINDOW = timedelta(hours=2)
+POINTS = int(WINDOW.total_seconds() // PERIOD)
+
+
+def aligned_now() -> datetime:
+    return datetime.now(UTC).replace(second=0, microsecond=0)
+
+
+def period_middles(now: datetime) -> list[datetime]:
+    """One stamp in the middle of each 5-minute bucket of (now - WINDOW, now], oldest first.
+
+    moto counts buckets from StartTime = now - WINDOW; the middle keeps each point in its bucket
+    even when the CLI's own "now" is a few seconds later.
+    """
+    start = now - WINDOW
+    return [start + timedelta(seconds=PERIOD * i + PERIOD / 2) for i in range(POINTS)]
+
+
+def put_series(
+    cloudwatch, fs_id: str, metric: str, values: list[float], now: datetime, **dimensions: str
+) -> None:
+    dims = [{"Name": "FileSystemId", "Value": fs_id}] + [
+        {"Name": k, "Value": v} for k, v in dimensions.items()
+    ]
+    data = [
+        {"MetricName": metric, "Dimensions": dims, "Timestamp": at, "Value": value}
+        for at, value in zip(period_middles(now)[-len(values) :], values, strict=True)
+    ]
+    for start in range(0, len(data), 500):
+        cloudwatch.put_metric_data(Namespace="AWS/EFS", MetricData=data[start : start + 500])
+
+
+def boto(moto: MotoServer, service: str):
+    return boto3.client(service, region_name=moto.region, endpoint_url=moto.endpoint_url)
+
+
+def create_file_system(moto: MotoServer, token: str, **arguments) -> str:
+    return boto(moto, "efs").create_file_system(CreationToken=token, **arguments)["FileSystemId"]
+
+
+def seed(moto: MotoServer, now: datetime) -> dict[str, str]:
+    """Three 20 GiB Bursting file systems: one draining, one in the trap, one healthy."""
+    cloudwatch = boto(moto, "cloudwatch")
+    ids = {name: create_file_system(moto, name) for name in ("draining", "trap", "healthy")}
+    for fs_id in ids.values():
+        put_series(cloudwatch, fs_id, "StorageBytes", [20 * GIB] * 4, now, StorageClass="Standard")
+        # Total includes Infrequent Access: it must not be taken for the size that earns credits.
+        put_series(cloudwatch, fs_id, "StorageBytes", [900 * GIB] * 4, now, StorageClass="Total")
+
+    # Draining: metered 97 MiB/s against a 1 MiB/s baseline, so the balance falls 96 MiB/s to 1.2 TiB.
+    fs = ids["draining"]
+    falling = [1.2 * TIB + 96 * MIB * PERIOD * (POINTS - 1 - i) for i in range(POINTS)]
+    put_series(cloudwatch, fs, "BurstCreditBalance", falling, now)
+    put_series(cloudwatch, fs, "PermittedThroughput", [100 * MIB] * POINTS, now)
+    put_series(cloudwatch, fs, "MeteredIOBytes", [97 * MIB * PERIOD] * POINTS, now)
+    put_series(cloudwatch, fs, "DataWriteIOBytes", [0.53 * 97 * MIB * PERIOD] * POINTS, now)
+    put_series(cloudwatch, fs, "DataReadIOBytes", [0.0] * POINTS, now)
+    put_series(cloudwatch, fs, "MetadataIOBytes", [MIB] * POINTS, now)
+    put_series(cloudwatch, fs, "PercentIOLimit", [12.0] * POINTS, now)
+
+    # Trap: no credits, and metered at the 1 MiB/s permitted rate.
+    fs = ids["trap"]
+    put_series(cloudwatch, fs, "BurstCreditBalance", [0.0] * POINTS, now)
+    put_series(cloudwatch, fs, "PermittedThroughput", [MIB] * POINTS, now)
+    put_series(cloudwatch, fs, "MeteredIOBytes", [MIB * PERIOD] * POINTS, now)
+    put_series(cloudwatch, fs, "MetadataIOBytes", [0.9 * MIB * PERIOD] * POINTS, now)
+
+    # Healthy: a full bucket and a light load.
+    fs = ids["healthy"]
+    put_series(cloudwatch, fs, "BurstCreditBalance", [2.1 * TIB] * POINTS, now)
+    put_series(cloudwatch, fs, "PermittedThroughput", [100 * MIB] * POINTS, now)
+    put_series(cloudwatch, fs, "MeteredIOBytes", [0.1 * MIB * PERIOD] * POINTS, now)
+    return ids
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [MOUNTWARDEN, "credits", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env or dict(os.environ),
+    )
+
+
+@pytest.fixture
+def local_aws(moto_server: MotoServer) -> MotoServer:  # noqa: F811  (the imported fixture)
+    """A reset moto server, with dummy credentials in the environment."""
+    return moto_server
+
+
+# -- the adapter on moto ---------------------------------------------------------------------------------
+
+
+def test_one_batched_fetch_forecasts_draining_trap_and_healthy(local_aws):
+    now = aligned_now()
+    ids = seed(local_aws, now)
+    clients = make_clients(region=local_aws.region, endpoint_url=local_aws.endpoint_url)
+
+    found = fetch_credit_series(clients, list(ids.values()), WINDOW, now)
+
+    assert clients.calls.get_metric_data == 1
+    assert clients.calls.describe_file_systems == 1
+    draining = found[ids["draining"]]
+    assert isinstance(draining, CreditSeries)
+    assert draining.throughput_mode is ThroughputMode.BURSTING
+    assert draining.size_gib == pytest.approx(20)  # from StorageBytes (Standard), as moto's size is 0
+    assert len(draining.of(EfsMetric.BURST_CREDIT_BALANCE)) == POINTS
+    assert EfsMetric.STORAGE_BYTES not in draining.samples
+
+    result = forecast_credits(draining, window=WINDOW, now=now)
+    assert result.state is CreditState.DRAINING
+    assert result.balance_bytes == pytest.approx(1.2 * TIB)
+    assert result.slope_bytes_per_second == pytest.approx(-96 * MIB)
+    assert result.time_to_empty_seconds == pytest.approx(1.2 * 1024**2 / 96)
+    assert result.metered_bytes_per_second == pytest.approx(97 * MIB)
+    assert result.permitted_bytes_per_second == pytest.approx(100 * MIB)
+    assert result.metadata_share == pytest.approx(0.47)
+    assert result.percent_io_limit == pytest.approx(12)
+
+    trap = forecast_credits(found[ids["trap"]], window=WINDOW, now=now)
+    assert trap.state is CreditState.TRAP
+    assert trap.ops_budget_per_second.writes_or_metadata == pytest.approx(256)
+    assert trap.metadata_share == pytest.approx(0.9)
+
+    healthy = forecast_credits(found[ids["healthy"]], window=WINDOW, now=now)
+    assert healthy.state is CreditState.HEALTHY
+    assert healthy.recommendation.mode is ThroughputMode.BURSTING
+
+
+def test_provisioned_facts_and_an_unknown_file_system(local_aws):
+    provisioned = create_file_system(
+        local_aws, "prov", ThroughputMode="provisioned", ProvisionedThroughputInMibps=10
+    )
+    clients = make_clients(region=local_aws.region, endpoint_url=local_aws.endpoint_url)
+
+    facts = describe_file_systems(clients, [provisioned])[provisioned]
+    assert facts == FileSystemFacts(provisioned, ThroughputMode.PROVISIONED, None, 10 * MIB)
+
+    missing = fetch_credit_series(clients, [provisioned, "fs-00000000"], WINDOW, aligned_now())
+    problem = missing["fs-00000000"]
+    assert isinstance(problem, CreditWatchProblem)
+    assert problem.reason is ProblemReason.FILE_SYSTEM_NOT_FOUND
+    assert "fs-00000000" in problem.message and "us-east-1" in problem.message
+    assert forecast_credits(missing[provisioned]).state is CreditState.UNKNOWN  # no metrics yet
+    alone = describe_file_systems(clients, ["fs-00000000"])["fs-00000000"]
+    assert alone.reason is ProblemReason.FILE_SYSTEM_NOT_FOUND
+
+
+def test_100_file_systems_cost_2_get_metric_data_calls(local_aws):
+    efs = boto(local_aws, "efs")
+    ids = [efs.create_file_system(CreationToken=f"fs{n}")["FileSystemId"] for n in range(100)]
+    clients = make_clients(region=local_aws.region, endpoint_url=local_aws.endpoint_url)
+    sent, queries_per_call = [], []
+    # Counted by botocore itself: every HTTP request sent, and the queries in each call.
+    clients.cloudwatch.meta.events.register(
+        "before-send.cloudwatch.GetMetricData", lambda request, **_: sent.append(request.url)
+    )
+    clients.cloudwatch.meta.events.register(
+        "provide-client-params.cloudwatch.GetMetricData",
+        lambda params, **_: queries_per_call.append(len(params["MetricDataQueries"])),
+    )
+
+    found = fetch_credit_series(clients, ids, timedelta(hours=24), aligned_now())
+
+    assert len(found) == 100 and all(isinstance(value, CreditSeries) for value in found.values())
+    # moto reports no size, so each file system also needs the StorageBytes fallback: 7 x 288 + 24
+    # points each, 204,000 in all, more than two answers of 100,800 hold: 3 calls.
+    assert len(sent) == 3 == clients.calls.get_metric_data
+    assert queries_per_call == [394, 394, 12]
+    assert clients.calls.describe_file_systems == 1  # one page of 100 when listing
+    # With sizes known, as real EFS reports them: 700 queries of 288 points, 2 calls that never page.
+    sized = [FileSystemFacts(fs_id, ThroughputMode.BURSTING, 20 * GIB, None) for fs_id in ids]
+    batches = batch_queries(plan_metric_queries(sized), timedelta(hours=24))
+    assert [len(batch) for batch in batches] == [350, 350]
+
+
+# -- what moto cannot do: paging, throttling, denial -------------------------------------------------------
+
+
+def stubbed(moto: MotoServer) -> AwsClients:
+    return make_clients(region=moto.region, endpoint_url=moto.endpoint_url)
+
+
+def metric_result(query_id: str, label: str, stamps: list[datetime], values: list[float]) -> dict:
+    return {"Id": query_id, "Label": label, "Timestamps": stamps, "Values": values, "StatusCode": "Complete"}
+
+
+def test_pages_of_one_batch_are_followed_and_merged(local_aws):
+    fs_id = create_file_system(local_aws, "paged")
+    clients = stubbed(local_aws)
+    now = aligned_now()
+    first, second = now - timedelta(minutes=10), now - timedelta(minutes=5)
+    label = f"{fs_id} BurstCreditBalance"
+    with Stubber(clients.cloudwatch) as stub:
+        stub.add_response(
+            "get_metric_data",
+            {
+                "MetricDataResults": [metric_result("balance_0", label, [second], [2.0 * TIB])],
+                "NextToken": "page-2",
+            },
+        )
+        stub.add_response(
+            "get_metric_data",
+            {"MetricDataResults": [metric_result("balance_0", label, [first], [2.1 * TIB])]},
+            {
+                "MetricDataQueries": ANY,
+                "StartTime": ANY,
+                "EndTime": ANY,
+                "ScanBy": ANY,
+                "NextToken": "page-2",
+            },
+        )
+        found = fetch_credit_series(clients, [fs_id], WINDOW, now)[fs_id]
+        stub.assert_no_pending_responses()
+    assert clients.calls.get_metric_data == 2
+    assert [sample.value for sample in found.of(EfsMetric.BURST_CREDIT_BALANCE)] == [2.1 * TIB, 2.0 * TIB]
+
+
+def test_throttling_becomes_a_throttled_problem_for_each_file_system(local_aws):
+    # 70 file systems x 8 queries = 560: two batches, but the first one's throttling ends the interval.
+    ids = [create_file_system(local_aws, f"t{n}") for n in range(70)]
+    clients = stubbed(local_aws)
+    with Stubber(clients.cloudwatch) as stub:
+        stub.add_client_error("get_metric_data", "Throttling", "Rate exceeded", http_status_code=400)
+        found = fetch_credit_series(clients, ids, WINDOW, aligned_now())
+    assert clients.calls.get_metric_data == 1
+    assert {value.reason for value in found.values()} == {ProblemReason.THROTTLED}
+    assert [value.file_system_id for value in found.values()] == ids
+    assert "next interval" in found[ids[0]].message
+
+
+def test_access_denied_names_the_iam_actions(local_aws):
+    fs_id = create_file_system(local_aws, "denied")
+    clients = stubbed(local_aws)
+    with Stubber(clients.cloudwatch) as stub:
+        stub.add_client_error("get_metric_data", "AccessDenied", "not authorized", http_status_code=403)
+        problem = fetch_credit_series(clients, [fs_id], WINDOW, aligned_now())[fs_id]
+    assert problem.reason is ProblemReason.ACCESS_DENIED
+    assert "cloudwatch:GetMetricData" in problem.message
+    assert "elasticfilesystem:DescribeFileSystems" in problem.message
+    assert "IRSA" in problem.message
+
+
+def test_a_role_that_may_not_list_file_systems_describes_each(local_aws):
+    clients = stubbed(local_aws)
+    description = {
+        "OwnerId": "123456789012", "CreationToken": "t", "FileSystemId": "fs-1", "CreationTime": datetime.now(UTC),
+        "LifeCycleState": "available", "NumberOfMountTargets": 0, "PerformanceMode": "generalPurpose",
+        "ThroughputMode": "elastic", "Tags": [],
+        "SizeInBytes": {"Value": 30 * GIB, "ValueInStandard": 20 * GIB},
+    }  # fmt: skip
+    with Stubber(clients.efs) as stub:
+        stub.add_client_error("describe_file_systems", "AccessDeniedException", "list denied", 403)
+        stub.add_response("describe_file_systems", {"FileSystems": [description]}, {"FileSystemId": "fs-1"})
+        stub.add_client_error("describe_file_systems", "AccessDeniedException", "denied", 403, None,
+                              {"FileSystemId": "fs-2"})  # fmt: skip
+        found = describe_file_systems(clients, ["fs-1", "fs-2"])
+    assert found["fs-1"] == FileSystemFacts("fs-1", ThroughputMode.ELASTIC, 20 * GIB, None)
+    assert found["fs-2"].reason is ProblemReason.ACCESS_DENIED
+    assert clients.calls.describe_file_systems == 3
+
+
+def test_throttling_is_retried_a_bounded_number_of_times(local_aws):
+    fs_id = create_file_system(local_aws, "throttled")
+    clients = make_clients(region=local_aws.region, endpoint_url=local_aws.endpoint_url, max_attempts=3)
+    attempts = []
+
+    def throttle(request, **_):
+        attempts.append(request.url)
+        return AWSResponse(
+            request.url, 429, {"x-amzn-errortype": "ThrottlingException", "Content-Type": "application/json"},
+            _Raw(b'{"ErrorCode": "ThrottlingException", "Message": "Rate exceeded"}'),
+        )  # fmt: skip
+
+    clients.efs.meta.events.register("before-send.efs.DescribeFileSystems", throttle)
+    problem = describe_file_systems(clients, [fs_id])[fs_id]
+    assert len(attempts) == 3
+    assert problem.reason is ProblemReason.THROTTLED
+    assert "after 3 attempts" in problem.message
+
+
+class _Raw:
+    """The body of a made-up HTTP response."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    def stream(self, **_):
+        yield self.body
+
+
+def test_no_credentials_is_a_problem_not_a_crash(local_aws, monkeypatch):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name)
+    clients = make_clients(region=local_aws.region, endpoint_url=local_aws.endpoint_url,
+                           session=boto3.session.Session())  # fmt: skip
+    found = fetch_credit_series(clients, ["fs-1", "fs-2"], WINDOW, aligned_now())
+    assert {value.reason for value in found.values()} == {ProblemReason.NO_CREDENTIALS}
+    assert "IRSA" in found["fs-1"].message
+
+
+def test_an_unreachable_endpoint_is_unavailable_after_bounded_retries(aws_env):  # noqa: F811
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    clients = make_clients(region="us-east-1", endpoint_url=closed, max_attempts=2)
+    found = fetch_credit_series(clients, ["fs-1", "fs-2"], WINDOW, aligned_now())
+    assert {value.reason for value in found.values()} == {ProblemReason.UNAVAILABLE}
+    assert "endpoint URL" in found["fs-1"].message
+
+
+# -- the CLI on moto ------------------------------------------------------------------------------------------
+
+
+def test_cli_forecast_json_and_exit_codes(local_aws):
+    ids = seed(local_aws, aligned_now())
+    common = (
+        "--region",
+        local_aws.region,
+        "--endpoint-url",
+        local_aws.endpoint_url,
+        "--window",
+        "2h",
+        "--json",
+    )
+
+    draining = cli("forecast", "--file-system-id", ids["draining"], *common)
+    assert draining.returncode == 1, draining.stderr
+    document = json.loads(draining.stdout)
+    assert document["file_system_id"] == ids["draining"]
+    assert document["throughput_mode"] == "bursting"
+    assert document["size_gib"] == pytest.approx(20)
+    assert document["state"] == "Draining"
+    assert document["balance_bytes"] == pytest.approx(1.2 * TIB)
+    assert document["slope_bytes_per_second"] == pytest.approx(-96 * MIB)
+    assert document["time_to_empty_seconds"] == pytest.approx(1.2 * 1024**2 / 96)
+    assert document["metadata_share"] == pytest.approx(0.47)
+    assert document["recommendation"]["mode"] == "provisioned"
+
+    trap = cli("forecast", "--file-system-id", ids["trap"], *common)
+    assert trap.returncode == 1
+    assert json.loads(trap.stdout)["state"] == "Trap"
+    assert json.loads(trap.stdout)["ops_budget_per_second"] == {"writes_or_metadata": 256, "reads": 768}
+
+    healthy = cli("forecast", "--file-system-id", ids["healthy"], *common)
+    assert healthy.returncode == 0
+    assert json.loads(healthy.stdout)["state"] == "Healthy"
+
+    words = cli("forecast", "--file-system-id", ids["draining"], *common[:-1])
+    assert words.returncode == 1
+    assert "falling 96 MiB/s: empty in 3.6 h" in " ".join(words.stdout.split())
+
+
+def test_cli_problems_exit_2_with_the_remedy(local_aws):
+    common = ("--region", local_aws.region, "--endpoint-url", local_aws.endpoint_url)
+    missing = cli("forecast", "--file-system-id", "fs-00000000", *common, "--json")
+    assert missing.returncode == 2
+    assert json.loads(missing.stdout)["problem"]["reason"] == "FileSystemNotFound"
+    assert "FileSystemNotFound" in missing.stderr
+
+    no_credentials = {k: v for k, v in os.environ.items() if not k.startswith("AWS_ACCESS") and k not in (
+        "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")}  # fmt: skip
+    denied = cli("forecast", "--file-system-id", "fs-1", *common, env=no_credentials)
+    assert denied.returncode == 2
+    assert "NoCredentials" in denied.stderr and "IRSA" in " ".join(denied.stderr.split())
+
+    no_region = {k: v for k, v in os.environ.items() if k not in ("AWS_REGION", "AWS_DEFAULT_REGION")}
+    nowhere = cli(
+        "forecast", "--file-system-id", "fs-1", "--endpoint-url", local_aws.endpoint_url, env=no_region
+    )
+    assert nowhere.returncode == 2
+    assert "--region" in nowhere.stderr
+
+
+def test_cli_watch_serves_several_file_systems_per_round(local_aws):
+    ids = seed(local_aws, aligned_now())
+    watched = cli(
+        "watch", "--file-system-id", ids["healthy"], "--file-system-id", ids["trap"],
+        "--region", local_aws.region, "--endpoint-url", local_aws.endpoint_url,
+        "--window", "2h", "--interval", "1s", "--count", "2", "--json",
+    )  # fmt: skip
+    assert watched.returncode == 1, watched.stderr
+    rounds = [json.loads(line) for line in watched.stdout.splitlines()]
+    assert len(rounds) == 2
+    assert [fs["state"] for fs in rounds[-1]["file_systems"]] == ["Healthy", "Trap"]
+
+    table = cli(
+        "watch", "--file-system-id", ids["healthy"], "--file-system-id", "fs-00000000",
+        "--region", local_aws.region, "--endpoint-url", local_aws.endpoint_url, "--count", "1",
+        env=dict(os.environ, COLUMNS="300"),
+    )  # fmt: skip
+    assert table.returncode == 2
+    assert ids["healthy"] in table.stdout and "FileSystemNotFound" in table.stdout
