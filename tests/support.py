@@ -2,6 +2,7 @@
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -68,6 +69,12 @@ class Kube:
         return next((c for c in (body.get("status") or {}).get("conditions", []) if c["type"] == type_), None)
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 class OperatorProcess:
     """`mountwarden operator` as a separate process, as users run it; restartable and killable."""
 
@@ -77,6 +84,7 @@ class OperatorProcess:
         self.extra_env = extra_env or {}
         self.process: subprocess.Popen | None = None
         self.starts = 0
+        self.metrics_port = free_port()
 
     @property
     def log_path(self) -> Path:
@@ -84,9 +92,11 @@ class OperatorProcess:
 
     def start(self) -> None:
         self.starts += 1
-        env = {**os.environ, "MOUNTWARDEN_COLLECT_INTERVAL": "2", **self.extra_env}
+        env = {**os.environ, "MOUNTWARDEN_COLLECT_INTERVAL": "2", "MOUNTWARDEN_CREDIT_INTERVAL": "10",
+               **self.extra_env}
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "mountwarden", "operator", "--kubeconfig", self.kubeconfig, "--verbose"],
+            [sys.executable, "-m", "mountwarden", "operator", "--kubeconfig", self.kubeconfig, "--verbose",
+             "--metrics-port", str(self.metrics_port)],
             stdout=self.log_path.open("w"), stderr=subprocess.STDOUT, env=env, start_new_session=True,
         )
 

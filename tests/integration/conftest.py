@@ -2,10 +2,45 @@
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import yaml
-from tests.support import ROOT, Kube, OperatorProcess
+from moto.server import ThreadedMotoServer
+from tests.integration.moto_server import (
+    LEAKY_AWS_VARIABLES,
+    MotoServer,
+    dummy_aws_environment,
+)
+from tests.support import ROOT, Kube, OperatorProcess, free_port
+
+
+@pytest.fixture(scope="session")
+def _moto_server_process() -> Iterator[MotoServer]:
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield MotoServer(f"http://127.0.0.1:{port}")
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def moto_server(_moto_server_process: MotoServer, aws_env: dict[str, str]) -> MotoServer:
+    _moto_server_process.reset()
+    return _moto_server_process
+
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, str]:
+    """Dummy credentials for moto in this process's environment (see dummy_aws_environment)."""
+    env = dummy_aws_environment(tmp_path)
+    for name in LEAKY_AWS_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return env
 
 
 @pytest.fixture(scope="session")
@@ -22,8 +57,11 @@ def crds_installed(cluster) -> None:
 
 
 @pytest.fixture(scope="session")
-def operator(cluster, crds_installed, tmp_path_factory) -> Iterator[OperatorProcess]:
-    process = OperatorProcess(str(cluster.kubeconfig), tmp_path_factory.mktemp("operator"))
+def operator(cluster, crds_installed, _moto_server_process: MotoServer, tmp_path_factory) -> Iterator[OperatorProcess]:
+    """One operator for the session, its AWS calls going to the session's moto server."""
+    log_dir = tmp_path_factory.mktemp("operator")
+    aws = {**dummy_aws_environment(log_dir), "AWS_ENDPOINT_URL": _moto_server_process.endpoint_url}
+    process = OperatorProcess(str(cluster.kubeconfig), log_dir, extra_env=aws)
     process.start()
     yield process
     process.stop()

@@ -1,7 +1,7 @@
 """A real local moto server (EFS, CloudWatch, ...) for tests that talk to AWS through boto3.
 
-Import the fixtures into a test module (or, later, a conftest):
-``from moto_server import aws_env, moto_server  # noqa: F401``.
+The fixtures live in tests/integration/conftest.py; the seeding helpers here write
+AWS/EFS metric series into moto the way CloudWatch would hold them.
 
 - ``moto_server``: one ThreadedMotoServer per test session on 127.0.0.1 and a
   free port; its state is reset before each test that uses it.
@@ -10,16 +10,19 @@ Import the fixtures into a test module (or, later, a conftest):
   metadata service disabled, so that nothing of the host's AWS setup leaks in.
 """
 
-import socket
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import pytest
-from moto.server import ThreadedMotoServer
+import boto3
+
+from mountwarden.core.credits import GIB, MIB, TIB
 
 REGION = "us-east-1"
+PERIOD = 300
+WINDOW = timedelta(hours=2)
+POINTS = int(WINDOW.total_seconds() // PERIOD)
 
 
 @dataclass(frozen=True)
@@ -34,35 +37,22 @@ class MotoServer:
             pass
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+#: Host settings that would send boto3 elsewhere than moto.
+LEAKY_AWS_VARIABLES = (
+    "AWS_PROFILE",
+    "AWS_DEFAULT_PROFILE",
+    "AWS_ROLE_ARN",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+)
 
 
-@pytest.fixture(scope="session")
-def _moto_server_process() -> Iterator[MotoServer]:
-    port = _free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        yield MotoServer(f"http://127.0.0.1:{port}")
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def moto_server(_moto_server_process: MotoServer, aws_env: dict[str, str]) -> MotoServer:
-    _moto_server_process.reset()
-    return _moto_server_process
-
-
-@pytest.fixture
-def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, str]:
+def dummy_aws_environment(scratch: Path) -> dict[str, str]:
     """Dummy credentials for moto, isolated from the host's ~/.aws and instance metadata."""
-    empty = tmp_path / "aws-empty"
+    empty = scratch / "aws-empty"
     empty.write_text("")
-    env = {
+    return {
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_SESSION_TOKEN": "testing",
@@ -72,15 +62,74 @@ def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, str]:
         "AWS_SHARED_CREDENTIALS_FILE": str(empty),
         "AWS_EC2_METADATA_DISABLED": "true",
     }
-    for name in (
-        "AWS_PROFILE",
-        "AWS_DEFAULT_PROFILE",
-        "AWS_ROLE_ARN",
-        "AWS_WEB_IDENTITY_TOKEN_FILE",
-        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-    ):
-        monkeypatch.delenv(name, raising=False)
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    return env
+
+
+def aligned_now() -> datetime:
+    return datetime.now(UTC).replace(second=0, microsecond=0)
+
+
+def period_middles(now: datetime) -> list[datetime]:
+    """One stamp in the middle of each 5-minute bucket of (now - WINDOW, now], oldest first.
+
+    moto counts buckets from StartTime = now - WINDOW; the middle keeps each point in its bucket
+    even when the CLI's own "now" is a few seconds later.
+    """
+    start = now - WINDOW
+    return [start + timedelta(seconds=PERIOD * i + PERIOD / 2) for i in range(POINTS)]
+
+
+def put_series(
+    cloudwatch, fs_id: str, metric: str, values: list[float], now: datetime, **dimensions: str
+) -> None:
+    dims = [{"Name": "FileSystemId", "Value": fs_id}] + [
+        {"Name": k, "Value": v} for k, v in dimensions.items()
+    ]
+    data = [
+        {"MetricName": metric, "Dimensions": dims, "Timestamp": at, "Value": value}
+        for at, value in zip(period_middles(now)[-len(values) :], values, strict=True)
+    ]
+    for start in range(0, len(data), 500):
+        cloudwatch.put_metric_data(Namespace="AWS/EFS", MetricData=data[start : start + 500])
+
+
+def boto(moto: MotoServer, service: str):
+    return boto3.client(service, region_name=moto.region, endpoint_url=moto.endpoint_url)
+
+
+def create_file_system(moto: MotoServer, token: str, **arguments) -> str:
+    return boto(moto, "efs").create_file_system(CreationToken=token, **arguments)["FileSystemId"]
+
+
+def seed(moto: MotoServer, now: datetime) -> dict[str, str]:
+    """Three 20 GiB Bursting file systems: one draining, one in the trap, one healthy."""
+    cloudwatch = boto(moto, "cloudwatch")
+    ids = {name: create_file_system(moto, name) for name in ("draining", "trap", "healthy")}
+    for fs_id in ids.values():
+        put_series(cloudwatch, fs_id, "StorageBytes", [20 * GIB] * 4, now, StorageClass="Standard")
+        # Total includes Infrequent Access: it must not be taken for the size that earns credits.
+        put_series(cloudwatch, fs_id, "StorageBytes", [900 * GIB] * 4, now, StorageClass="Total")
+
+    # Draining: metered 97 MiB/s against a 1 MiB/s baseline, so the balance falls 96 MiB/s to 1.2 TiB.
+    fs = ids["draining"]
+    falling = [1.2 * TIB + 96 * MIB * PERIOD * (POINTS - 1 - i) for i in range(POINTS)]
+    put_series(cloudwatch, fs, "BurstCreditBalance", falling, now)
+    put_series(cloudwatch, fs, "PermittedThroughput", [100 * MIB] * POINTS, now)
+    put_series(cloudwatch, fs, "MeteredIOBytes", [97 * MIB * PERIOD] * POINTS, now)
+    put_series(cloudwatch, fs, "DataWriteIOBytes", [0.53 * 97 * MIB * PERIOD] * POINTS, now)
+    put_series(cloudwatch, fs, "DataReadIOBytes", [0.0] * POINTS, now)
+    put_series(cloudwatch, fs, "MetadataIOBytes", [MIB] * POINTS, now)
+    put_series(cloudwatch, fs, "PercentIOLimit", [12.0] * POINTS, now)
+
+    # Trap: no credits, and metered at the 1 MiB/s permitted rate.
+    fs = ids["trap"]
+    put_series(cloudwatch, fs, "BurstCreditBalance", [0.0] * POINTS, now)
+    put_series(cloudwatch, fs, "PermittedThroughput", [MIB] * POINTS, now)
+    put_series(cloudwatch, fs, "MeteredIOBytes", [MIB * PERIOD] * POINTS, now)
+    put_series(cloudwatch, fs, "MetadataIOBytes", [0.9 * MIB * PERIOD] * POINTS, now)
+
+    # Healthy: a full bucket and a light load.
+    fs = ids["healthy"]
+    put_series(cloudwatch, fs, "BurstCreditBalance", [2.1 * TIB] * POINTS, now)
+    put_series(cloudwatch, fs, "PermittedThroughput", [100 * MIB] * POINTS, now)
+    put_series(cloudwatch, fs, "MeteredIOBytes", [0.1 * MIB * PERIOD] * POINTS, now)
+    return ids

@@ -23,7 +23,15 @@ import boto3
 import pytest
 from botocore.awsrequest import AWSResponse
 from botocore.stub import ANY, Stubber
-from tests.integration.moto_server import MotoServer, _moto_server_process, aws_env, moto_server  # noqa: F401  (fixtures)
+from tests.integration.moto_server import (
+    POINTS,
+    WINDOW,
+    MotoServer,
+    aligned_now,
+    boto,
+    create_file_system,
+    seed,
+)
 
 from mountwarden.adapters.aws import (
     AwsClients,
@@ -50,80 +58,6 @@ from mountwarden.core.credits import (
 pytestmark = pytest.mark.aws
 
 MOUNTWARDEN = str(Path(sys.executable).with_name("mountwarden"))
-PERIOD = 300
-WINDOW = timedelta(hours=2)
-POINTS = int(WINDOW.total_seconds() // PERIOD)
-
-
-def aligned_now() -> datetime:
-    return datetime.now(UTC).replace(second=0, microsecond=0)
-
-
-def period_middles(now: datetime) -> list[datetime]:
-    """One stamp in the middle of each 5-minute bucket of (now - WINDOW, now], oldest first.
-
-    moto counts buckets from StartTime = now - WINDOW; the middle keeps each point in its bucket
-    even when the CLI's own "now" is a few seconds later.
-    """
-    start = now - WINDOW
-    return [start + timedelta(seconds=PERIOD * i + PERIOD / 2) for i in range(POINTS)]
-
-
-def put_series(
-    cloudwatch, fs_id: str, metric: str, values: list[float], now: datetime, **dimensions: str
-) -> None:
-    dims = [{"Name": "FileSystemId", "Value": fs_id}] + [
-        {"Name": k, "Value": v} for k, v in dimensions.items()
-    ]
-    data = [
-        {"MetricName": metric, "Dimensions": dims, "Timestamp": at, "Value": value}
-        for at, value in zip(period_middles(now)[-len(values) :], values, strict=True)
-    ]
-    for start in range(0, len(data), 500):
-        cloudwatch.put_metric_data(Namespace="AWS/EFS", MetricData=data[start : start + 500])
-
-
-def boto(moto: MotoServer, service: str):
-    return boto3.client(service, region_name=moto.region, endpoint_url=moto.endpoint_url)
-
-
-def create_file_system(moto: MotoServer, token: str, **arguments) -> str:
-    return boto(moto, "efs").create_file_system(CreationToken=token, **arguments)["FileSystemId"]
-
-
-def seed(moto: MotoServer, now: datetime) -> dict[str, str]:
-    """Three 20 GiB Bursting file systems: one draining, one in the trap, one healthy."""
-    cloudwatch = boto(moto, "cloudwatch")
-    ids = {name: create_file_system(moto, name) for name in ("draining", "trap", "healthy")}
-    for fs_id in ids.values():
-        put_series(cloudwatch, fs_id, "StorageBytes", [20 * GIB] * 4, now, StorageClass="Standard")
-        # Total includes Infrequent Access: it must not be taken for the size that earns credits.
-        put_series(cloudwatch, fs_id, "StorageBytes", [900 * GIB] * 4, now, StorageClass="Total")
-
-    # Draining: metered 97 MiB/s against a 1 MiB/s baseline, so the balance falls 96 MiB/s to 1.2 TiB.
-    fs = ids["draining"]
-    falling = [1.2 * TIB + 96 * MIB * PERIOD * (POINTS - 1 - i) for i in range(POINTS)]
-    put_series(cloudwatch, fs, "BurstCreditBalance", falling, now)
-    put_series(cloudwatch, fs, "PermittedThroughput", [100 * MIB] * POINTS, now)
-    put_series(cloudwatch, fs, "MeteredIOBytes", [97 * MIB * PERIOD] * POINTS, now)
-    put_series(cloudwatch, fs, "DataWriteIOBytes", [0.53 * 97 * MIB * PERIOD] * POINTS, now)
-    put_series(cloudwatch, fs, "DataReadIOBytes", [0.0] * POINTS, now)
-    put_series(cloudwatch, fs, "MetadataIOBytes", [MIB] * POINTS, now)
-    put_series(cloudwatch, fs, "PercentIOLimit", [12.0] * POINTS, now)
-
-    # Trap: no credits, and metered at the 1 MiB/s permitted rate.
-    fs = ids["trap"]
-    put_series(cloudwatch, fs, "BurstCreditBalance", [0.0] * POINTS, now)
-    put_series(cloudwatch, fs, "PermittedThroughput", [MIB] * POINTS, now)
-    put_series(cloudwatch, fs, "MeteredIOBytes", [MIB * PERIOD] * POINTS, now)
-    put_series(cloudwatch, fs, "MetadataIOBytes", [0.9 * MIB * PERIOD] * POINTS, now)
-
-    # Healthy: a full bucket and a light load.
-    fs = ids["healthy"]
-    put_series(cloudwatch, fs, "BurstCreditBalance", [2.1 * TIB] * POINTS, now)
-    put_series(cloudwatch, fs, "PermittedThroughput", [100 * MIB] * POINTS, now)
-    put_series(cloudwatch, fs, "MeteredIOBytes", [0.1 * MIB * PERIOD] * POINTS, now)
-    return ids
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -136,19 +70,13 @@ def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
     )
 
 
-@pytest.fixture
-def local_aws(moto_server: MotoServer) -> MotoServer:  # noqa: F811  (the imported fixture)
-    """A reset moto server, with dummy credentials in the environment."""
-    return moto_server
-
-
 # -- the adapter on moto ---------------------------------------------------------------------------------
 
 
-def test_one_batched_fetch_forecasts_draining_trap_and_healthy(local_aws):
+def test_one_batched_fetch_forecasts_draining_trap_and_healthy(moto_server):
     now = aligned_now()
-    ids = seed(local_aws, now)
-    clients = make_clients(region=local_aws.region, endpoint_url=local_aws.endpoint_url)
+    ids = seed(moto_server, now)
+    clients = make_clients(region=moto_server.region, endpoint_url=moto_server.endpoint_url)
 
     found = fetch_credit_series(clients, list(ids.values()), WINDOW, now)
 
@@ -181,11 +109,11 @@ def test_one_batched_fetch_forecasts_draining_trap_and_healthy(local_aws):
     assert healthy.recommendation.mode is ThroughputMode.BURSTING
 
 
-def test_provisioned_facts_and_an_unknown_file_system(local_aws):
+def test_provisioned_facts_and_an_unknown_file_system(moto_server):
     provisioned = create_file_system(
-        local_aws, "prov", ThroughputMode="provisioned", ProvisionedThroughputInMibps=10
+        moto_server, "prov", ThroughputMode="provisioned", ProvisionedThroughputInMibps=10
     )
-    clients = make_clients(region=local_aws.region, endpoint_url=local_aws.endpoint_url)
+    clients = make_clients(region=moto_server.region, endpoint_url=moto_server.endpoint_url)
 
     facts = describe_file_systems(clients, [provisioned])[provisioned]
     assert facts == FileSystemFacts(provisioned, ThroughputMode.PROVISIONED, None, 10 * MIB)
@@ -200,10 +128,10 @@ def test_provisioned_facts_and_an_unknown_file_system(local_aws):
     assert alone.reason is ProblemReason.FILE_SYSTEM_NOT_FOUND
 
 
-def test_100_file_systems_cost_2_get_metric_data_calls(local_aws):
-    efs = boto(local_aws, "efs")
+def test_100_file_systems_cost_2_get_metric_data_calls(moto_server):
+    efs = boto(moto_server, "efs")
     ids = [efs.create_file_system(CreationToken=f"fs{n}")["FileSystemId"] for n in range(100)]
-    clients = make_clients(region=local_aws.region, endpoint_url=local_aws.endpoint_url)
+    clients = make_clients(region=moto_server.region, endpoint_url=moto_server.endpoint_url)
     sent, queries_per_call = [], []
     # Counted by botocore itself: every HTTP request sent, and the queries in each call.
     clients.cloudwatch.meta.events.register(
@@ -239,9 +167,9 @@ def metric_result(query_id: str, label: str, stamps: list[datetime], values: lis
     return {"Id": query_id, "Label": label, "Timestamps": stamps, "Values": values, "StatusCode": "Complete"}
 
 
-def test_pages_of_one_batch_are_followed_and_merged(local_aws):
-    fs_id = create_file_system(local_aws, "paged")
-    clients = stubbed(local_aws)
+def test_pages_of_one_batch_are_followed_and_merged(moto_server):
+    fs_id = create_file_system(moto_server, "paged")
+    clients = stubbed(moto_server)
     now = aligned_now()
     first, second = now - timedelta(minutes=10), now - timedelta(minutes=5)
     label = f"{fs_id} BurstCreditBalance"
@@ -270,10 +198,10 @@ def test_pages_of_one_batch_are_followed_and_merged(local_aws):
     assert [sample.value for sample in found.of(EfsMetric.BURST_CREDIT_BALANCE)] == [2.1 * TIB, 2.0 * TIB]
 
 
-def test_throttling_becomes_a_throttled_problem_for_each_file_system(local_aws):
+def test_throttling_becomes_a_throttled_problem_for_each_file_system(moto_server):
     # 70 file systems x 8 queries = 560: two batches, but the first one's throttling ends the interval.
-    ids = [create_file_system(local_aws, f"t{n}") for n in range(70)]
-    clients = stubbed(local_aws)
+    ids = [create_file_system(moto_server, f"t{n}") for n in range(70)]
+    clients = stubbed(moto_server)
     with Stubber(clients.cloudwatch) as stub:
         stub.add_client_error("get_metric_data", "Throttling", "Rate exceeded", http_status_code=400)
         found = fetch_credit_series(clients, ids, WINDOW, aligned_now())
@@ -283,9 +211,9 @@ def test_throttling_becomes_a_throttled_problem_for_each_file_system(local_aws):
     assert "next interval" in found[ids[0]].message
 
 
-def test_access_denied_names_the_iam_actions(local_aws):
-    fs_id = create_file_system(local_aws, "denied")
-    clients = stubbed(local_aws)
+def test_access_denied_names_the_iam_actions(moto_server):
+    fs_id = create_file_system(moto_server, "denied")
+    clients = stubbed(moto_server)
     with Stubber(clients.cloudwatch) as stub:
         stub.add_client_error("get_metric_data", "AccessDenied", "not authorized", http_status_code=403)
         problem = fetch_credit_series(clients, [fs_id], WINDOW, aligned_now())[fs_id]
@@ -295,8 +223,8 @@ def test_access_denied_names_the_iam_actions(local_aws):
     assert "IRSA" in problem.message
 
 
-def test_a_role_that_may_not_list_file_systems_describes_each(local_aws):
-    clients = stubbed(local_aws)
+def test_a_role_that_may_not_list_file_systems_describes_each(moto_server):
+    clients = stubbed(moto_server)
     description = {
         "OwnerId": "123456789012", "CreationToken": "t", "FileSystemId": "fs-1", "CreationTime": datetime.now(UTC),
         "LifeCycleState": "available", "NumberOfMountTargets": 0, "PerformanceMode": "generalPurpose",
@@ -314,9 +242,9 @@ def test_a_role_that_may_not_list_file_systems_describes_each(local_aws):
     assert clients.calls.describe_file_systems == 3
 
 
-def test_throttling_is_retried_a_bounded_number_of_times(local_aws):
-    fs_id = create_file_system(local_aws, "throttled")
-    clients = make_clients(region=local_aws.region, endpoint_url=local_aws.endpoint_url, max_attempts=3)
+def test_throttling_is_retried_a_bounded_number_of_times(moto_server):
+    fs_id = create_file_system(moto_server, "throttled")
+    clients = make_clients(region=moto_server.region, endpoint_url=moto_server.endpoint_url, max_attempts=3)
     attempts = []
 
     def throttle(request, **_):
@@ -343,17 +271,17 @@ class _Raw:
         yield self.body
 
 
-def test_no_credentials_is_a_problem_not_a_crash(local_aws, monkeypatch):
+def test_no_credentials_is_a_problem_not_a_crash(moto_server, monkeypatch):
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
         monkeypatch.delenv(name)
-    clients = make_clients(region=local_aws.region, endpoint_url=local_aws.endpoint_url,
+    clients = make_clients(region=moto_server.region, endpoint_url=moto_server.endpoint_url,
                            session=boto3.session.Session())  # fmt: skip
     found = fetch_credit_series(clients, ["fs-1", "fs-2"], WINDOW, aligned_now())
     assert {value.reason for value in found.values()} == {ProblemReason.NO_CREDENTIALS}
     assert "IRSA" in found["fs-1"].message
 
 
-def test_an_unreachable_endpoint_is_unavailable_after_bounded_retries(aws_env):  # noqa: F811
+def test_an_unreachable_endpoint_is_unavailable_after_bounded_retries(aws_env):
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
@@ -366,13 +294,13 @@ def test_an_unreachable_endpoint_is_unavailable_after_bounded_retries(aws_env): 
 # -- the CLI on moto ------------------------------------------------------------------------------------------
 
 
-def test_cli_forecast_json_and_exit_codes(local_aws):
-    ids = seed(local_aws, aligned_now())
+def test_cli_forecast_json_and_exit_codes(moto_server):
+    ids = seed(moto_server, aligned_now())
     common = (
         "--region",
-        local_aws.region,
+        moto_server.region,
         "--endpoint-url",
-        local_aws.endpoint_url,
+        moto_server.endpoint_url,
         "--window",
         "2h",
         "--json",
@@ -405,8 +333,8 @@ def test_cli_forecast_json_and_exit_codes(local_aws):
     assert "falling 96 MiB/s: empty in 3.6 h" in " ".join(words.stdout.split())
 
 
-def test_cli_problems_exit_2_with_the_remedy(local_aws):
-    common = ("--region", local_aws.region, "--endpoint-url", local_aws.endpoint_url)
+def test_cli_problems_exit_2_with_the_remedy(moto_server):
+    common = ("--region", moto_server.region, "--endpoint-url", moto_server.endpoint_url)
     missing = cli("forecast", "--file-system-id", "fs-00000000", *common, "--json")
     assert missing.returncode == 2
     assert json.loads(missing.stdout)["problem"]["reason"] == "FileSystemNotFound"
@@ -420,17 +348,17 @@ def test_cli_problems_exit_2_with_the_remedy(local_aws):
 
     no_region = {k: v for k, v in os.environ.items() if k not in ("AWS_REGION", "AWS_DEFAULT_REGION")}
     nowhere = cli(
-        "forecast", "--file-system-id", "fs-1", "--endpoint-url", local_aws.endpoint_url, env=no_region
+        "forecast", "--file-system-id", "fs-1", "--endpoint-url", moto_server.endpoint_url, env=no_region
     )
     assert nowhere.returncode == 2
     assert "--region" in nowhere.stderr
 
 
-def test_cli_watch_serves_several_file_systems_per_round(local_aws):
-    ids = seed(local_aws, aligned_now())
+def test_cli_watch_serves_several_file_systems_per_round(moto_server):
+    ids = seed(moto_server, aligned_now())
     watched = cli(
         "watch", "--file-system-id", ids["healthy"], "--file-system-id", ids["trap"],
-        "--region", local_aws.region, "--endpoint-url", local_aws.endpoint_url,
+        "--region", moto_server.region, "--endpoint-url", moto_server.endpoint_url,
         "--window", "2h", "--interval", "1s", "--count", "2", "--json",
     )  # fmt: skip
     assert watched.returncode == 1, watched.stderr
@@ -440,7 +368,7 @@ def test_cli_watch_serves_several_file_systems_per_round(local_aws):
 
     table = cli(
         "watch", "--file-system-id", ids["healthy"], "--file-system-id", "fs-00000000",
-        "--region", local_aws.region, "--endpoint-url", local_aws.endpoint_url, "--count", "1",
+        "--region", moto_server.region, "--endpoint-url", moto_server.endpoint_url, "--count", "1",
         env=dict(os.environ, COLUMNS="300"),
     )  # fmt: skip
     assert table.returncode == 2

@@ -335,7 +335,7 @@ def test_the_draining_message_says_when_the_bucket_is_empty():
         "balance 1.2 TiB falling 96 MiB/s: empty in 3.6 h (before 02:03 UTC); metadata is 47% of metered bytes"
     )
     condition = credit_condition(result)
-    assert (condition.type, condition.status, condition.reason) == ("CreditsHealthy", "False", "Draining")
+    assert (condition.type, condition.status, condition.reason) == ("CreditsDraining", "True", "Draining")
 
 
 def test_a_deadline_beyond_a_day_carries_its_date():

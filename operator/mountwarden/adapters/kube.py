@@ -12,6 +12,8 @@ from contextlib import contextmanager
 import kubernetes
 from kubernetes.client import ApiClient, ApiException
 
+from mountwarden.core.conditions import set_condition
+
 #: Status codes worth retrying: conflicts, throttling, server trouble (0: no connection).
 TRANSIENT_STATUSES = frozenset({0, 409, 429, 500, 502, 503, 504})
 
@@ -78,3 +80,36 @@ class StorageClasses:
         except ApiException as error:
             if error.status != 404:
                 raise
+
+
+class ProfileConditions:
+    """Writes one condition of a StorageProfile without losing the others'.
+
+    Several handlers own conditions of one profile (Ready, CreditsDraining,
+    Compliant) and a merge patch replaces the whole list, so each write reads the
+    current list and patches it under the object's resourceVersion, retrying on
+    conflict.
+    """
+
+    def __init__(self, client: ApiClient, group: str, version: str, plural: str) -> None:
+        self.api = kubernetes.client.CustomObjectsApi(client)
+        self.resource = (group, version, plural)
+
+    def set(self, name: str, type_: str, status: str, reason: str, message: str, generation: int | None,
+            attempts: int = 5) -> None:
+        for attempt in range(attempts):
+            with transient_errors():
+                current = self.api.get_cluster_custom_object(*self.resource, name)
+            conditions = (current.get("status") or {}).get("conditions") or []
+            updated = set_condition(list(conditions), type_, status, reason, message, generation)
+            if updated == conditions:
+                return
+            body = {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
+                    "status": {"conditions": updated}}
+            try:
+                with transient_errors():
+                    self.api.patch_cluster_custom_object_status(*self.resource, name, body)
+                return
+            except TransientApiError as error:
+                if error.status != 409 or attempt == attempts - 1:
+                    raise

@@ -172,6 +172,38 @@ class VersionRecord(ApiModel):
     )
 
 
+class OpsBudgetStatus(ApiModel):
+    writes_or_metadata: float = Field(description="Small writes or metadata operations per second the permitted "
+                                                  "throughput allows (4 KiB each).")
+    reads: float = Field(description="Small reads per second (reads are metered at a third).")
+
+
+class ThroughputRecommendation(ApiModel):
+    mode: str = Field(description="bursting, provisioned or elastic.")
+    reason: str = Field(description="Why this mode suits the observed load.")
+
+
+class CreditsStatus(ApiModel):
+    """The burst-credit forecast of the profile's EFS file system (see credits forecast)."""
+
+    file_system_id: str = Field(description="The file system watched.")
+    state: str = Field(description="Healthy, Draining, Empty, Trap or Unknown.")
+    throughput_mode: str | None = Field(default=None, description="bursting, provisioned or elastic.")
+    size_gib: float | None = Field(default=None, description="Size of the Standard class data, GiB.")
+    balance_bytes: float | None = Field(default=None, description="Latest BurstCreditBalance, bytes.")
+    slope_bytes_per_second: float | None = Field(default=None, description="Robust slope of the balance.")
+    time_to_empty_seconds: float | None = Field(default=None, description="At the current slope; none when "
+                                                                            "not draining.")
+    permitted_bytes_per_second: float | None = Field(default=None, description="PermittedThroughput now.")
+    metered_bytes_per_second: float | None = Field(default=None, description="MeteredIOBytes per second now.")
+    metadata_share: float | None = Field(default=None, description="Share of metered bytes spent on metadata.")
+    ops_budget_per_second: OpsBudgetStatus | None = Field(default=None, description="Small operations per "
+                                                                                     "second the permitted rate allows.")
+    recommendation: ThroughputRecommendation | None = Field(default=None, description="Throughput mode to use.")
+    message: str = Field(default="", description="The forecast in one line, or what stops it.")
+    checked_at: datetime | None = Field(default=None, description="When the metrics were last fetched.")
+
+
 class StorageProfileStatus(ApiModel):
     storage_class_name: str | None = Field(default=None, description="The current StorageClass version.")
     version: int | None = Field(default=None, description="The current version number.")
@@ -180,7 +212,10 @@ class StorageProfileStatus(ApiModel):
         default_factory=list, description="The canonical options new volumes of this profile are mounted with."
     )
     history: list[VersionRecord] = Field(default_factory=list, description="Versions that exist, oldest first.")
-    conditions: list[Condition] = Field(default_factory=list, description="Ready, and later Compliant, CreditsDraining.")
+    credits: CreditsStatus | None = Field(default=None, description="EFS burst-credit forecast (credit watch).")
+    conditions: list[Condition] = Field(
+        default_factory=list, description="Ready, Compliant and CreditsDraining, Kubernetes-style."
+    )
     observed_generation: int | None = Field(default=None, description="The spec generation last reconciled.")
 
 

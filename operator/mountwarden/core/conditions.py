@@ -8,7 +8,7 @@ def set_condition(
     conditions: list[dict], type_: str, status: Literal["True", "False", "Unknown"], reason: str, message: str,
     generation: int | None, now: datetime | None = None,
 ) -> list[dict]:
-    """Conditions with one replaced; lastTransitionTime moves only when the status changes."""
+    """Conditions with one set in place (appended when new); lastTransitionTime moves only on a status change."""
     now = now or datetime.now(UTC)
     previous = next((c for c in conditions if c.get("type") == type_), None)
     transition = (
@@ -22,7 +22,9 @@ def set_condition(
     }
     if generation is not None:
         updated["observedGeneration"] = generation
-    return [c for c in conditions if c.get("type") != type_] + [updated]
+    if previous is None:
+        return [*conditions, updated]
+    return [updated if c is previous else c for c in conditions]
 
 
 def find_condition(conditions: list[dict] | None, type_: str) -> dict | None:

@@ -13,7 +13,6 @@ from pydantic import ValidationError
 from mountwarden.adapters.kube import StorageClasses
 from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.storageprofile import PLURAL, StorageProfileSpec, desired_class
-from mountwarden.core.conditions import set_condition
 from mountwarden.core.storageclass import (
     PROFILE_LABEL,
     ClassPlan,
@@ -78,11 +77,10 @@ def _validation_message(error: ValidationError) -> str:
     return "; ".join(problems)
 
 
-def _refuse(body: kopf.Body, status: kopf.Status, patch: kopf.Patch, generation: int | None, message: str) -> None:
+def _refuse(name: str, body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, generation: int | None,
+            message: str) -> None:
     """An invalid spec never touches a StorageClass: say why on the profile and in an Event."""
-    patch.status["conditions"] = set_condition(
-        list(status.get("conditions") or []), "Ready", "False", "InvalidSpec", message, generation
-    )
+    memo.conditions.set(name, "Ready", "False", "InvalidSpec", message, generation)
     patch.status["observedGeneration"] = generation
     kopf.warn(body, reason="InvalidSpec", message=message)
 
@@ -99,11 +97,11 @@ def reconcile_profile(
     try:
         profile = StorageProfileSpec.model_validate(dict(spec))
     except ValidationError as error:
-        _refuse(body, status, patch, generation, _validation_message(error))
+        _refuse(name, body, memo, patch, generation, _validation_message(error))
         return
     policy = profile.resolve()
     if not policy.valid:
-        _refuse(body, status, patch, generation, "; ".join(str(problem) for problem in policy.errors))
+        _refuse(name, body, memo, patch, generation, "; ".join(str(problem) for problem in policy.errors))
         return
     for warning in policy.warnings:
         kopf.warn(body, reason="OptionWarning", message=str(warning))
@@ -134,10 +132,8 @@ def reconcile_profile(
         "effectiveMountOptions": list(desired.mount_options),
         "history": history,
         "observedGeneration": generation,
-        "conditions": set_condition(
-            list(status.get("conditions") or []), "Ready", "True", "Reconciled", message, generation
-        ),
     })
+    memo.conditions.set(name, "Ready", "True", "Reconciled", message, generation)
 
 
 @kopf.on.delete(*PROFILE)

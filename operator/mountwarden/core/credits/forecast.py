@@ -264,9 +264,9 @@ class CreditCondition:
 
 
 def credit_condition(forecast: Forecast) -> CreditCondition:
-    """``CreditsHealthy``: True when Healthy, Unknown when Unknown, else False; the state is the reason."""
-    status = {CreditState.HEALTHY: "True", CreditState.UNKNOWN: "Unknown"}.get(forecast.state, "False")
-    return CreditCondition("CreditsHealthy", status, forecast.state.value, condition_message(forecast))
+    """``CreditsDraining``: False when Healthy, Unknown when Unknown, else True; the state is the reason."""
+    status = {CreditState.HEALTHY: "False", CreditState.UNKNOWN: "Unknown"}.get(forecast.state, "True")
+    return CreditCondition("CreditsDraining", status, forecast.state.value, condition_message(forecast))
 
 
 def condition_message(forecast: Forecast) -> str:
