@@ -27,6 +27,7 @@ from mountwarden.core.procfs import (
 class ReadCounters:
     vanished: int = 0  # entries that disappeared mid-scan (processes exiting)
     forbidden: int = 0  # entries we may not read (needs CAP_SYS_PTRACE / CAP_DAC_READ_SEARCH)
+    stalled: int = 0  # stat() calls abandoned after a timeout (a network server not answering)
 
     def note(self, error: OSError) -> None:
         if isinstance(error, PermissionError):
@@ -45,15 +46,16 @@ class ProcRoot:
     def __post_init__(self) -> None:
         self.path = Path(self.path)
 
-    def _text(self, *parts: str | int) -> str | None:
+    def _text(self, *parts: str | int, counted: bool = True) -> str | None:
         try:
             return self.path.joinpath(*map(str, parts)).read_text(errors="replace")
         except OSError as error:  # ENOENT/ESRCH from a process exiting mid-read, EACCES without privileges
-            self.counters.note(error)
+            if counted:
+                self.counters.note(error)
             return None
 
-    def mountinfo(self, pid: int | str = 1) -> MountinfoResult:
-        return parse_mountinfo(self._text(pid, "mountinfo") or "")
+    def mountinfo(self, pid: int | str = 1, *, counted: bool = True) -> MountinfoResult:
+        return parse_mountinfo(self._text(pid, "mountinfo", counted=counted) or "")
 
     def mountstats(self, pid: int | str = 1) -> MountstatsResult:
         return parse_mountstats(self._text(pid, "mountstats") or "")
@@ -92,6 +94,15 @@ class ProcRoot:
                 if isinstance(error, OSError):
                     self.counters.note(error)
         return targets
+
+    def fd_info(self, pid: int, fd: int) -> dict[str, str]:
+        """/proc/<pid>/fdinfo/<n> as a mapping (pos, flags, mnt_id, and ino on Linux 5.14+); empty when gone.
+
+        Absence is not counted: callers fall back to stat(), which counts what it cannot reach.
+        """
+        text = self._text(pid, "fdinfo", fd, counted=False) or ""
+        fields = (line.partition(":") for line in text.splitlines())
+        return {key.strip(): value.strip() for key, sep, value in fields if sep}
 
     def fd_path(self, pid: int, fd: int) -> Path:
         """The /proc/<pid>/fd/<n> link itself: stat() and open() through it reach the file."""

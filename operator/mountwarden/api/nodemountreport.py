@@ -83,7 +83,7 @@ class SqliteFinding(ApiModel):
     path: str | None = Field(default=None, description="Path of the database file, where readable.")
     mount_point: str | None = Field(default=None, description="The network mount holding it.")
     volume_name: str | None = Field(default=None, description="The pod volume holding it.")
-    lock: str | None = Field(default=None, description="The SQLite lock seen: PENDING, RESERVED or SHARED.")
+    lock: str | None = Field(default=None, description="The SQLite lock seen: SHARED, RESERVED, PENDING or EXCLUSIVE.")
     message: str = Field(description="What was found and why it is a problem.")
     remedy: str = Field(description="What to do about it.")
 

@@ -1,0 +1,226 @@
+"""Gather from a proc root what the SQLite detector needs, then let the pure core decide.
+
+The order matters: /proc/locks first; then, for each process holding a SQLite lock
+on a network filesystem, its open files (stat() through /proc/<pid>/fd gives the
+device and inode each one points at), its cgroup (pod and container) and its
+mappings (a mapped -shm is WAL mode). A process can exit between these reads:
+ProcRoot then returns nothing and counts it, and the finding keeps what
+/proc/locks said.
+
+stat() of a file on NFS may ask the server for fresh attributes (and hangs while
+a hard mount's server is away), so a descriptor's device and inode come from
+/proc/<pid>/fdinfo (mnt_id, and ino on Linux 5.14+) and the process's mountinfo,
+which never reach the server; stat() is the fallback on older kernels, for
+network files only, and is abandoned after a timeout rather than stall the scan.
+The header scan opens files on network mounts that no process has locked and
+reads their first 16 bytes: each costs an open, a read and a close on the
+server, so it is off by default and bounded by a budget of files.
+"""
+
+import os
+import stat
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+
+from mountwarden.adapters.procreader import ProcRoot
+from mountwarden.core.sqlite import (
+    SIDE_FILE_SUFFIXES,
+    SQLITE_HEADER,
+    DatabaseFinding,
+    FileId,
+    NetworkMount,
+    OpenFile,
+    ProcessFiles,
+    find_sqlite_databases,
+    is_sqlite_header,
+    is_sqlite_lock,
+    sqlite_lock_holders,
+)
+
+#: Files whose header one scan may read (16 bytes each).
+DEFAULT_HEADER_SCAN_BUDGET = 64
+
+Device = tuple[int, int]
+
+
+@dataclass
+class SqliteScanCounters:
+    lock_lines: int = 0  # lines read from /proc/locks
+    skipped_lock_lines: int = 0  # lines of /proc/locks in no known format
+    sqlite_lock_lines: int = 0  # held SQLite-range POSIX locks on network filesystems
+    processes_read: int = 0  # processes whose cgroup, files and mappings were read
+    headers_read: int = 0  # files whose first 16 bytes were read (header scan)
+    headers_over_budget: int = 0  # files the header scan left unread once the budget was spent
+    vanished: int = 0  # /proc entries gone mid-scan (processes exiting)
+    forbidden: int = 0  # /proc entries the scan may not read
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SqliteScan:
+    findings: tuple[DatabaseFinding, ...]
+    counters: SqliteScanCounters
+
+
+def scan_sqlite(
+    proc_root: ProcRoot,
+    network_mounts: Sequence[NetworkMount],
+    *,
+    header_scan: bool = False,
+    header_scan_budget: int = DEFAULT_HEADER_SCAN_BUDGET,
+) -> SqliteScan:
+    """Find SQLite databases in use on ``network_mounts`` (build them with ``core.sqlite.network_mounts``)."""
+    if header_scan_budget < 0:
+        raise ValueError(f"header_scan_budget must be 0 or more, not {header_scan_budget}")
+    vanished_before, forbidden_before = proc_root.counters.vanished, proc_root.counters.forbidden
+    counters = SqliteScanCounters()
+    locks = proc_root.locks()
+    devices = {mount.device for mount in network_mounts}
+    counters.lock_lines = len(locks.locks)
+    counters.skipped_lock_lines = locks.skipped_lines
+    sqlite_locks = [
+        lock for lock in locks.locks if is_sqlite_lock(lock) and (lock.major, lock.minor) in devices
+    ]
+    counters.sqlite_lock_lines = len(sqlite_locks)
+    locked_databases = {FileId(lock.major, lock.minor, lock.inode) for lock in sqlite_locks}
+
+    holders = sqlite_lock_holders(sqlite_locks, devices)
+    files = {pid: _network_files(proc_root, pid, devices) for pid in holders}
+    header_databases: set[FileId] = set()
+    if header_scan:
+        for pid in proc_root.pids():
+            if pid not in files:
+                files[pid] = _network_files(proc_root, pid, devices)
+        header_databases = _read_headers(proc_root, files, locked_databases, header_scan_budget, counters)
+
+    known_databases = locked_databases | header_databases
+    processes = {
+        pid: _process_files(proc_root, pid, [open_file for open_file, _ in opened], devices)
+        for pid, opened in files.items()
+        if pid in holders or any(open_file.file_id in known_databases for open_file, _ in opened)
+    }
+    counters.processes_read = len(processes)
+    findings = find_sqlite_databases(locks.locks, network_mounts, processes, header_databases)
+    counters.vanished = proc_root.counters.vanished - vanished_before
+    counters.forbidden = proc_root.counters.forbidden - forbidden_before
+    return SqliteScan(findings=findings, counters=counters)
+
+
+#: How long one stat() of a network file may take before the scan goes on without it.
+STAT_TIMEOUT_SECONDS = 2.0
+# A few threads, shared by every scan: a stat() stuck on a dead server keeps its thread,
+# never the scan.
+_stat_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sqlite-stat")
+
+
+def _bounded_stat(proc_root: ProcRoot, pid: int, fd: int) -> os.stat_result | None:
+    future = _stat_pool.submit(os.stat, proc_root.fd_path(pid, fd))
+    try:
+        return future.result(timeout=STAT_TIMEOUT_SECONDS)
+    except TimeoutError:
+        proc_root.counters.stalled += 1
+        return None
+    except OSError as error:  # the process exited or closed the descriptor since it was listed
+        proc_root.counters.note(error)
+        return None
+
+
+def _network_files(
+    proc_root: ProcRoot, pid: int, devices: Collection[Device]
+) -> list[tuple[OpenFile, os.stat_result | None]]:
+    """The process's descriptors of files on network devices (with stat() only where it was needed)."""
+    mounts = proc_root.mountinfo(pid, counted=False).mounts  # absent: fall back to stat() below
+    mount_devices = {entry.mount_id: (entry.major, entry.minor) for entry in mounts}
+    opened = []
+    for fd, target in sorted(proc_root.open_files(pid).items()):
+        if not target.startswith("/"):
+            continue  # socket:[...], pipe:[...], anon_inode:...: nothing on a filesystem
+        info = proc_root.fd_info(pid, fd)
+        device = mount_devices.get(int(info["mnt_id"])) if info.get("mnt_id", "").isdigit() else None
+        if device is not None and device not in devices:
+            continue  # a local file: nothing to ask any server
+        status = None
+        if device is not None and info.get("ino", "").isdigit():
+            inode = int(info["ino"])
+        else:
+            status = _bounded_stat(proc_root, pid, fd)
+            if status is None:
+                continue
+            device, inode = (os.major(status.st_dev), os.minor(status.st_dev)), status.st_ino
+        if device in devices:
+            opened.append((OpenFile(fd=fd, path=target, file_id=FileId(*device, inode)), status))
+    return opened
+
+
+def _process_files(
+    proc_root: ProcRoot, pid: int, open_files: Iterable[OpenFile], devices: Collection[Device]
+) -> ProcessFiles:
+    cgroup = proc_root.cgroup(pid)
+    maps = proc_root.maps(pid)
+    return ProcessFiles(
+        pid=pid,
+        pod=cgroup.pod if cgroup is not None else None,
+        open_files=tuple(open_files),
+        mappings=tuple(
+            mapping
+            for mapping in (maps.mappings if maps else ())
+            if (mapping.major, mapping.minor) in devices
+        ),
+    )
+
+
+def _read_headers(
+    proc_root: ProcRoot,
+    files: Mapping[int, Sequence[tuple[OpenFile, os.stat_result | None]]],
+    already_known: Collection[FileId],
+    budget: int,
+    counters: SqliteScanCounters,
+) -> set[FileId]:
+    """Files among ``files`` that start with the SQLite header, each read once, at most ``budget`` of them."""
+    checked = set(already_known)
+    databases = set()
+    opened_files = 0  # a failed open costs the server a round trip too, so it spends budget
+    for pid, opened in sorted(files.items()):
+        for open_file, known_status in opened:
+            if open_file.file_id in checked:
+                continue
+            status = known_status or _bounded_stat(proc_root, pid, open_file.fd)
+            if (
+                status is None
+                or not stat.S_ISREG(status.st_mode)
+                or status.st_size < len(SQLITE_HEADER)
+                or open_file.path.endswith(SIDE_FILE_SUFFIXES)
+            ):
+                continue
+            checked.add(open_file.file_id)
+            if opened_files >= budget:
+                counters.headers_over_budget += 1
+                continue
+            opened_files += 1
+            header = _read_header(proc_root, pid, open_file.fd)
+            if header is None:
+                continue
+            counters.headers_read += 1
+            if is_sqlite_header(header):
+                databases.add(open_file.file_id)
+    return databases
+
+
+def _read_header(proc_root: ProcRoot, pid: int, fd: int) -> bytes | None:
+    # Opening /proc/<pid>/fd/<n> opens the file itself, wherever it lives in that
+    # process's mount namespace. O_NONBLOCK: never wait on a file that turned into a FIFO.
+    try:
+        handle = os.open(proc_root.fd_path(pid, fd), os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError as error:
+        proc_root.counters.note(error)
+        return None
+    try:
+        return os.pread(handle, len(SQLITE_HEADER), 0)
+    except OSError as error:
+        proc_root.counters.note(error)
+        return None
+    finally:
+        os.close(handle)
