@@ -3,7 +3,6 @@
 import urllib.request
 
 import pytest
-
 from tests.integration.moto_server import aligned_now, seed
 from tests.support import profile_body, wait_for
 

@@ -357,7 +357,7 @@ def test_other_messages():
     assert condition_message(healthy) == (
         "balance 1 TiB rising 5 MiB/s; I/O is at 95% of the General Purpose limit"
     )
-    assert credit_condition(healthy).status == "True"
+    assert credit_condition(healthy).status == "False"
     unknown = credit_condition(forecast_credits(series()))
     assert (unknown.status, unknown.reason) == ("Unknown", "Unknown")
     assert "check the file system id and the region" in unknown.message

@@ -24,6 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
 from mountwarden.adapters.procreader import ProcRoot
+from mountwarden.api.nodemountreport import SqliteFinding
+from mountwarden.core import nodescan
 from mountwarden.core.sqlite import (
     SIDE_FILE_SUFFIXES,
     SQLITE_HEADER,
@@ -224,3 +226,18 @@ def _read_header(proc_root: ProcRoot, pid: int, fd: int) -> bytes | None:
         return None
     finally:
         os.close(handle)
+
+
+def report_findings(proc_root: ProcRoot, mounts: Sequence[nodescan.NetworkMount]) -> list[SqliteFinding]:
+    """The agent's SQLite scan: findings for the node's network mounts, in the report's shape."""
+    sqlite_mounts = [
+        NetworkMount(
+            mount.entry.major, mount.entry.minor, mount.mount_point, mount.entry.fstype,
+            mount.kubelet.pod_uid if mount.kubelet else None,
+            # A staging mount's directory is a hash: naming it as the volume would mislead.
+            mount.kubelet.volume_name if mount.kubelet and mount.kubelet.pod_uid else None,
+        )
+        for mount in mounts
+    ]
+    return [SqliteFinding.model_validate(finding.to_dict()) for finding in scan_sqlite(proc_root, sqlite_mounts).findings]
+

@@ -12,20 +12,16 @@ from enum import StrEnum
 from pydantic import Field
 
 from mountwarden.api.base import ApiModel
+from mountwarden.core.kubelet import KubeletPlugin
+from mountwarden.core.nodescan import OptionsSource as NodescanOptionsSource
 
 KIND = "NodeMountReport"
 PLURAL = "nodemountreports"
 
 
-class VolumePlugin(StrEnum):
-    CSI = "csi"  # pods/<uid>/volumes/kubernetes.io~csi/<pv>/mount
-    NFS = "nfs"  # pods/<uid>/volumes/kubernetes.io~nfs/<volume>
-    CSI_STAGING = "csi-staging"  # plugins/kubernetes.io/csi/<driver>/<hash>/globalmount
-
-
-class OptionsSource(StrEnum):
-    MOUNTSTATS = "mountstats"  # every effective option, defaults included
-    MOUNTINFO = "mountinfo"  # super options, kernel defaults filled in
+# The report's enumerations are the core's own: one definition each.
+VolumePlugin = KubeletPlugin
+OptionsSource = NodescanOptionsSource
 
 
 class OperationSummary(ApiModel):
@@ -58,6 +54,9 @@ class MountedVolume(ApiModel):
     connections: int | None = Field(default=None, description="Transport connections (xprt lines) to the server.")
     server_mounts: int = Field(
         default=1, ge=1, description="Mounts on this node to the same server: nconnect is fixed by the first one."
+    )
+    notes: list[str] = Field(
+        default_factory=list, description="What the agent noticed, e.g. an EFS TLS tunnel or a wrapped counter."
     )
     operations: dict[str, OperationSummary] = Field(
         default_factory=dict, description="Per-operation totals at the time of the report (busiest operations)."

@@ -27,13 +27,13 @@ is a server round trip, each commit a server-side sync): a warning.
 Everything here is pure: the caller reads /proc and passes parsed data in.
 """
 
-import re
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, NamedTuple
 
+from mountwarden.core.kubelet import DEFAULT_KUBELET_ROOT, parse_volume_path
 from mountwarden.core.procfs import FileLock, MemoryMapping, MountinfoEntry, PodCgroup
 
 PENDING_BYTE = 0x40000000
@@ -58,11 +58,6 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 SIDE_FILE_SUFFIXES = ("-shm", "-wal", "-journal")
 
 DEFAULT_NETWORK_FSTYPES = frozenset({"nfs", "nfs4"})
-DEFAULT_KUBELET_ROOT = "/var/lib/kubelet"
-
-_KUBELET_POD_VOLUME = re.compile(
-    r"pods/([^/]+)/volumes/kubernetes\.io~(?:csi/([^/]+)/mount|nfs/([^/]+))", re.ASCII
-)
 
 REMEDY = (
     "Keep SQLite on storage local to the pod: an emptyDir (or a local PersistentVolume) for a cache, "
@@ -208,19 +203,11 @@ def parse_network_fstypes(text: str) -> frozenset[str]:
 
 
 def kubelet_pod_volume(mount_point: str, kubelet_root: str = DEFAULT_KUBELET_ROOT) -> PodVolume | None:
-    """The pod and volume of a kubelet volume mount, or None.
-
-    ``<kubelet_root>/pods/<uid>/volumes/kubernetes.io~csi/<pv>/mount`` and
-    ``.../kubernetes.io~nfs/<volume>``.
-    """
-    prefix = kubelet_root.rstrip("/") + "/"
-    if not mount_point.startswith(prefix):
+    """The pod and volume of a kubelet volume mount (csi or nfs), or None (staging mounts serve no one pod)."""
+    volume = parse_volume_path(mount_point, [kubelet_root])
+    if volume is None or volume.pod_uid is None:
         return None
-    match = _KUBELET_POD_VOLUME.fullmatch(mount_point[len(prefix) :])
-    if match is None:
-        return None
-    pod_uid, csi_volume, nfs_volume = match.groups()
-    return PodVolume(pod_uid, csi_volume or nfs_volume)
+    return PodVolume(volume.pod_uid, volume.volume_name)
 
 
 def network_mounts(

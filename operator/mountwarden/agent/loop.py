@@ -1,0 +1,164 @@
+"""The node agent's loop: scan, write the report if needed, serve /metrics, stop cleanly on SIGTERM.
+
+A failed scan or write is logged and counted and the next one is tried on
+schedule: the loop ends only when told to (SIGTERM, SIGINT, ``--once``) or when
+the agent would write another node's report (RefusedWrite), which no retry fixes.
+"""
+
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, TextIO
+
+from prometheus_client import start_http_server
+
+from mountwarden.adapters.procreader import ProcRoot
+from mountwarden.agent.metrics import AgentMetrics
+from mountwarden.agent.report import RefusedWrite, WriteOutcome, report_body
+from mountwarden.agent.scan import SqliteScanner, scan_node_report
+from mountwarden.api.nodemountreport import NodeMountReportSpec
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    node_name: str
+    proc_root: Path
+    kubelet_root: str
+    network_fstypes: tuple[str, ...]
+    interval_seconds: float
+    #: 0 serves no metrics.
+    metrics_port: int
+
+
+class ReportSink(Protocol):
+    """Where each scan's report goes: the API server (ReportWriter) or stdout (--dry-run)."""
+
+    def sync(self, spec: NodeMountReportSpec) -> WriteOutcome: ...
+
+
+class PrintedReport:
+    """--dry-run: print the report that would be written, as one JSON document per scan."""
+
+    def __init__(self, out: TextIO | None = None) -> None:
+        self.out = out or sys.stdout  # looked up now, not at import: stdout may have been replaced since
+
+    def sync(self, spec: NodeMountReportSpec) -> WriteOutcome:
+        self.out.write(json.dumps(report_body(spec, owner=None, resource_version=None), indent=2) + "\n")
+        self.out.flush()
+        return WriteOutcome.PRINTED
+
+
+def host_boot_id(proc: ProcRoot) -> str | None:
+    """The running kernel's boot ID, which the kubelet also puts in its Node's status."""
+    try:
+        return (proc.path / "sys" / "kernel" / "random" / "boot_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
+class Agent:
+    """One scan-and-write step at a time; ``run`` repeats it."""
+
+    def __init__(
+        self,
+        settings: AgentSettings,
+        sink: ReportSink,
+        *,
+        metrics: AgentMetrics | None = None,
+        sqlite_scan: SqliteScanner | None = None,
+    ) -> None:
+        self.settings = settings
+        self.sink = sink
+        self.metrics = metrics or AgentMetrics(settings.node_name)
+        self.sqlite_scan = sqlite_scan
+        self.proc = ProcRoot(settings.proc_root)
+
+    def step(self) -> bool:
+        """Scan once and hand the report to the sink; False when either failed (logged and counted)."""
+        try:
+            result = scan_node_report(
+                self.proc,
+                node_name=self.settings.node_name,
+                kubelet_root=self.settings.kubelet_root,
+                network_fstypes=self.settings.network_fstypes,
+                sqlite_scan=self.sqlite_scan,
+            )
+        except Exception:  # any failure of one scan: the next one may succeed
+            log.exception("scan of %s failed", self.settings.proc_root)
+            self.metrics.scan_errors.inc()
+            return False
+        self.metrics.scanned(result.scan, result.duration_seconds, at=time.monotonic())
+        try:
+            outcome = self.sink.sync(result.spec)
+        except RefusedWrite:
+            raise
+        except Exception:  # the API server away, throttling, conflicts beyond retries: try next scan
+            log.exception("writing the NodeMountReport %s failed", self.settings.node_name)
+            self.metrics.write_errors.inc()
+            return False
+        self.metrics.written(outcome, at_unix=time.time())
+        log.info("scanned %d volume(s) in %.3fs; report %s", len(result.spec.volumes), result.duration_seconds, outcome)
+        return True
+
+    def run(self, stop: threading.Event) -> None:
+        """Step every interval until ``stop`` is set; the interval counts from the start of each step."""
+        while not stop.is_set():
+            started = time.monotonic()
+            self.step()
+            stop.wait(max(0.0, self.settings.interval_seconds - (time.monotonic() - started)))
+
+
+def stop_on_signals(stop: threading.Event) -> Callable[[], None]:
+    """Set ``stop`` on SIGTERM and SIGINT; returns what puts the previous handlers back."""
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def handle(signum: int, _frame: object) -> None:
+        log.info("received %s: stopping after the current step", signal.Signals(signum).name)
+        stop.set()
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+    for sig in previous:
+        signal.signal(sig, handle)
+    return restore
+
+
+def serve_metrics(agent: Agent, port: int) -> Callable[[], None]:
+    """Serve /metrics on ``port`` (all addresses); returns what stops the server."""
+    server, thread = start_http_server(port, registry=agent.metrics.registry)
+    log.info("serving metrics on :%d/metrics", server.server_port)
+
+    def stop() -> None:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+    return stop
+
+
+def run_agent(agent: Agent, *, once: bool) -> bool:
+    """The whole agent: metrics server, signal handling, the loop (or one step); True when all went well."""
+    stop_metrics = serve_metrics(agent, agent.settings.metrics_port) if agent.settings.metrics_port else None
+    try:
+        if once:
+            return agent.step()
+        stop = threading.Event()
+        restore = stop_on_signals(stop)
+        try:
+            agent.run(stop)
+        finally:
+            restore()
+        return True
+    finally:
+        if stop_metrics is not None:
+            stop_metrics()

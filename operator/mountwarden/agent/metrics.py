@@ -1,0 +1,164 @@
+"""The agent's Prometheus metrics: live NFS operation rates per pod volume, and the agent's own health.
+
+The report holds totals since each mount was made; what an alert needs is the
+rate now. Rates are computed between two scans: ops per second, and the average
+round trip, execute and queue time of the operations completed in between (the
+queue time growing past the round trip is the signature of a saturated
+connection, which nconnect relieves).
+"""
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from mountwarden.agent.report import WRITTEN, WriteOutcome
+from mountwarden.agent.scan import MAX_REPORTED_OPERATIONS
+from mountwarden.core.nodescan import NodeScan, OperationTotals
+
+#: A volume's identity between scans: pod UID ("" for staging), volume, mount point, superblock.
+#: A remount gets a new superblock, so its counters, which restart at zero, are never
+#: subtracted from the old ones.
+VolumeKey = tuple[str, str, str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class OperationRate:
+    ops_per_second: float
+    #: Averages over the operations completed between the two scans; None when none completed.
+    avg_rtt_ms: float | None
+    avg_execute_ms: float | None
+    avg_queue_ms: float | None
+
+
+def volume_totals(scan: NodeScan) -> dict[VolumeKey, dict[str, OperationTotals]]:
+    """Each volume's busiest operations (as many as the report keeps), by volume identity."""
+    return {
+        (volume.pod_uid or "", volume.volume_name, volume.mount_point, volume.superblock): dict(
+            list(volume.operations.items())[:MAX_REPORTED_OPERATIONS]
+        )
+        for volume in scan.volumes
+    }
+
+
+def _delta_average(before: int | None, after: int | None, ops: int) -> float | None:
+    if before is None or after is None or ops <= 0 or after < before:
+        return None
+    return (after - before) / ops
+
+
+def operation_rates(
+    previous: Mapping[VolumeKey, Mapping[str, OperationTotals]],
+    current: Mapping[VolumeKey, Mapping[str, OperationTotals]],
+    seconds: float,
+) -> dict[tuple[VolumeKey, str], OperationRate]:
+    """Rates of every operation present in both scans; counters that went backwards are skipped."""
+    rates: dict[tuple[VolumeKey, str], OperationRate] = {}
+    if seconds <= 0:
+        return rates
+    for key, operations in current.items():
+        before_ops = previous.get(key, {})
+        for name, now in operations.items():
+            before = before_ops.get(name)
+            if before is None or now.ops < before.ops:
+                continue
+            completed = now.ops - before.ops
+            rates[(key, name)] = OperationRate(
+                ops_per_second=completed / seconds,
+                avg_rtt_ms=_delta_average(before.rtt_ms, now.rtt_ms, completed),
+                avg_execute_ms=_delta_average(before.execute_ms, now.execute_ms, completed),
+                avg_queue_ms=_delta_average(before.queue_ms, now.queue_ms, completed),
+            )
+    return rates
+
+
+class _RatesCollector(Collector):
+    """Serves the rates of the last two scans; replaced as a whole, so a scrape never sees half of one."""
+
+    LABELS = ("node", "pod_uid", "volume", "op")
+
+    def __init__(self, node_name: str) -> None:
+        self.node_name = node_name
+        self.rates: dict[tuple[VolumeKey, str], OperationRate] = {}
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        rates = self.rates
+        families = {
+            "ops_per_second": GaugeMetricFamily(
+                "mountwarden_nfs_operations_per_second",
+                "NFS requests completed per second between the last two scans.", labels=self.LABELS),
+            "avg_rtt_ms": GaugeMetricFamily(
+                "mountwarden_nfs_rtt_milliseconds",
+                "Average round trip (wire and server) of the requests completed between the last two scans.",
+                labels=self.LABELS),
+            "avg_execute_ms": GaugeMetricFamily(
+                "mountwarden_nfs_execute_milliseconds",
+                "Average whole life of the requests completed between the last two scans.", labels=self.LABELS),
+            "avg_queue_ms": GaugeMetricFamily(
+                "mountwarden_nfs_queue_milliseconds",
+                "Average time waiting to be sent, of the requests completed between the last two scans.",
+                labels=self.LABELS),
+        }
+        seen: set[tuple[str, str, str]] = set()
+        for ((pod_uid, volume, _mount_point, _superblock), op), rate in rates.items():
+            # A volume mounted twice in one pod (a mount over a mount) would repeat a label set,
+            # which Prometheus rejects: the first one, in mount-table order, is served.
+            if (pod_uid, volume, op) in seen:
+                continue
+            seen.add((pod_uid, volume, op))
+            labels = [self.node_name, pod_uid, volume, op]
+            for field, family in families.items():
+                value = getattr(rate, field)
+                if value is not None:
+                    family.add_metric(labels, value)
+        yield from families.values()
+
+
+class AgentMetrics:
+    """Everything /metrics serves, on a registry of its own."""
+
+    def __init__(self, node_name: str, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.scan_duration = Histogram(
+            "mountwarden_agent_scan_duration_seconds", "Time one scan of the node's /proc takes.",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=self.registry)
+        self.scan_errors = Counter(
+            "mountwarden_agent_scan_errors", "Scans that failed (the loop goes on).", registry=self.registry)
+        self.write_errors = Counter(
+            "mountwarden_agent_write_errors", "Report writes that failed (retried next scan).",
+            registry=self.registry)
+        self.writes = Counter(
+            "mountwarden_agent_report_writes", "NodeMountReport writes, by why they were made.",
+            ["outcome"], registry=self.registry)
+        self.skipped_lines = Gauge(
+            "mountwarden_agent_skipped_lines", "Malformed /proc lines skipped by the last scan.",
+            registry=self.registry)
+        self.volumes = Gauge(
+            "mountwarden_agent_volumes", "Pod volumes on network filesystems found by the last scan.",
+            registry=self.registry)
+        self.last_write = Gauge(
+            "mountwarden_agent_last_successful_write_timestamp_seconds",
+            "When the NodeMountReport was last written (Unix time); 0 before the first write.",
+            registry=self.registry)
+        self._rates = _RatesCollector(node_name)
+        self.registry.register(self._rates)
+        self._previous: dict[VolumeKey, dict[str, OperationTotals]] | None = None
+        self._previous_at = 0.0
+
+    def scanned(self, scan: NodeScan, duration_seconds: float, at: float) -> None:
+        """Record a successful scan made at monotonic time ``at``."""
+        self.scan_duration.observe(duration_seconds)
+        self.skipped_lines.set(scan.skipped_lines)
+        self.volumes.set(len(scan.volumes))
+        current = volume_totals(scan)
+        if self._previous is not None:
+            self._rates.rates = operation_rates(self._previous, current, at - self._previous_at)
+        self._previous, self._previous_at = current, at
+
+    def written(self, outcome: WriteOutcome, at_unix: float) -> None:
+        if outcome not in WRITTEN:
+            return
+        self.writes.labels(outcome=str(outcome)).inc()
+        self.last_write.set(at_unix)

@@ -1,0 +1,200 @@
+"""One scan of a node: read its proc root, find the pod volumes on network filesystems, build the report.
+
+Reading is the only I/O here (through ProcRoot, which never fails on a vanished
+or unreadable entry); what the mounts mean is decided by the pure
+``mountwarden.core.nodescan``.
+"""
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from mountwarden import __version__
+from mountwarden.adapters.procreader import ProcRoot
+from mountwarden.api.nodemountreport import (
+    MountedVolume,
+    NodeMountReportSpec,
+    OperationSummary,
+    OptionsSource,
+    SqliteFinding,
+    VolumePlugin,
+)
+from mountwarden.core.kubelet import normalize_root
+from mountwarden.core.nodescan import NetworkMount, NodeScan, NodeVolume, OperationTotals, scan_node
+
+log = logging.getLogger(__name__)
+
+#: Busiest operations kept per volume, in the report and on /metrics: NFSv4 has about 60,
+#: most never used, and a report for hundreds of volumes must stay far below etcd's 1.5 MiB.
+MAX_REPORTED_OPERATIONS = 10
+#: A report is one etcd object (1.5 MiB at most by default): past this many bytes of JSON the
+#: per-operation totals, which /metrics serves anyway, are left out of it.
+MAX_REPORT_BYTES = 1_000_000
+#: Symlinks followed when resolving the kubelet root on the host, as the kernel's own limit.
+_MAX_SYMLINKS = 40
+
+#: The seam for the SQLite scan: given the proc root and the node's network mounts, the
+#: SQLite databases in use on them. The agent runs without one until it is plugged in.
+SqliteScanner = Callable[[ProcRoot, Sequence[NetworkMount]], Sequence[SqliteFinding]]
+
+
+class ScanError(RuntimeError):
+    """The proc root cannot be scanned at all (as opposed to an entry that vanished mid-scan)."""
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    spec: NodeMountReportSpec
+    #: The full scan, with every operation's raw totals, for the rates on /metrics.
+    scan: NodeScan
+    duration_seconds: float
+
+
+def resolve_on_host(proc: ProcRoot, path: str) -> str:
+    """``path`` with the host's symlinks resolved, read through ``<proc>/1/root``.
+
+    In a pod, /var/lib/kubelet of the container is not the host's: following
+    links through pid 1's root directory resolves them on the host, where the
+    kernel resolved them when the kubelet mounted. Any failure (no such
+    directory, no permission, a loop) leaves the path as given.
+    """
+    host_root = proc.path / "1" / "root"
+    pending = [part for part in path.split("/") if part]
+    resolved: list[str] = []
+    links = 0
+    while pending:
+        part = pending.pop(0)
+        if part == ".":
+            continue
+        if part == "..":
+            if resolved:
+                resolved.pop()
+            continue
+        try:
+            target = os.readlink(host_root.joinpath(*resolved, part))
+        except OSError:  # not a link, or nothing there: keep the name as it is
+            resolved.append(part)
+            continue
+        links += 1
+        if links > _MAX_SYMLINKS:
+            return path
+        if target.startswith("/"):
+            resolved = []
+        pending = [piece for piece in target.split("/") if piece] + pending
+    return "/" + "/".join(resolved)
+
+
+def kubelet_roots(proc: ProcRoot, configured: str) -> list[str]:
+    """The configured kubelet root and, when it is a symlink on the host, where it leads."""
+    roots = [normalize_root(configured)]
+    resolved = normalize_root(resolve_on_host(proc, configured))
+    if resolved not in roots:
+        roots.append(resolved)
+    return roots
+
+
+def _operation_summary(totals: OperationTotals) -> OperationSummary:
+    return OperationSummary(
+        ops=totals.ops,
+        errors=totals.errors,
+        avg_rtt_ms=totals.avg_rtt_ms,
+        avg_execute_ms=totals.avg_execute_ms,
+        avg_queue_ms=totals.avg_queue_ms,
+    )
+
+
+def mounted_volume(volume: NodeVolume) -> MountedVolume:
+    """A scanned volume in the report's shape, with its busiest operations only."""
+    busiest = list(volume.operations.items())[:MAX_REPORTED_OPERATIONS]
+    return MountedVolume(
+        pod_uid=volume.pod_uid,
+        volume_name=volume.volume_name,
+        plugin=VolumePlugin(volume.plugin.value),
+        driver=volume.driver,
+        mount_point=volume.mount_point,
+        fstype=volume.fstype,
+        source=volume.source,
+        server=volume.server,
+        export=volume.export,
+        superblock=volume.superblock,
+        effective_options=list(volume.effective_options),
+        options_source=OptionsSource(volume.options_source.value),
+        shared_with=list(volume.shared_with),
+        nfs_version=volume.nfs_version,
+        connections=volume.connections,
+        server_mounts=volume.server_mounts,
+        notes=list(volume.notes),
+        operations={name: _operation_summary(totals) for name, totals in busiest},
+    )
+
+
+def scan_proc_root(
+    proc: ProcRoot,
+    *,
+    kubelet_root: str,
+    network_fstypes: Sequence[str],
+) -> NodeScan:
+    """Read pid 1's mount table and NFS statistics and find the pod volumes in them."""
+    mountinfo = proc.mountinfo()
+    if not mountinfo.mounts:
+        # Never report "no volumes" for a proc root we could not read: that would erase the node's report.
+        raise ScanError(
+            f"{proc.path / '1' / 'mountinfo'} is missing, unreadable or empty: is the host's /proc "
+            "mounted at --proc-root (and readable)?"
+        )
+    mountstats = proc.mountstats()
+    if not mountstats.devices:
+        log.warning("%s has no devices: options are read from mountinfo, without RPC statistics",
+                    proc.path / "1" / "mountstats")
+    return scan_node(
+        mountinfo,
+        mountstats,
+        network_fstypes=network_fstypes,
+        kubelet_roots=kubelet_roots(proc, kubelet_root),
+    )
+
+
+def scan_node_report(
+    proc: ProcRoot,
+    *,
+    node_name: str,
+    kubelet_root: str,
+    network_fstypes: Sequence[str],
+    sqlite_scan: SqliteScanner | None = None,
+    now: datetime | None = None,
+) -> ScanResult:
+    """One scan of the node, as the NodeMountReport spec the agent writes.
+
+    ``sqlite_scan`` is where the SQLite findings come from; without one the
+    report's ``sqlite`` list stays empty.
+    """
+    started = time.perf_counter()
+    scan = scan_proc_root(proc, kubelet_root=kubelet_root, network_fstypes=network_fstypes)
+    sqlite = list(sqlite_scan(proc, scan.network_mounts)) if sqlite_scan is not None else []
+    for volume in scan.volumes:
+        for note in volume.notes:
+            log.debug("%s: %s", volume.mount_point, note)
+    spec = NodeMountReportSpec(
+        node_name=node_name,
+        scan_time=now or datetime.now(UTC),
+        agent_version=__version__,
+        network_fstypes=list(network_fstypes),
+        volumes=[mounted_volume(volume) for volume in scan.volumes],
+        sqlite=sqlite,
+        skipped_lines=scan.skipped_lines,
+    )
+    return ScanResult(spec=_within_size(spec), scan=scan, duration_seconds=time.perf_counter() - started)
+
+
+def _within_size(spec: NodeMountReportSpec) -> NodeMountReportSpec:
+    size = len(json.dumps(spec.to_wire()))
+    if size <= MAX_REPORT_BYTES:
+        return spec
+    log.warning("the report of %d volume(s) would be %d bytes: leaving per-operation totals out (see /metrics)",
+                len(spec.volumes), size)
+    volumes = [volume.model_copy(update={"operations": {}}) for volume in spec.volumes]
+    return spec.model_copy(update={"volumes": volumes})

@@ -1,0 +1,139 @@
+"""The agent loop: failures are counted and survived, /metrics is served, SIGTERM stops it cleanly."""
+
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+from tests.procroot import Mount, assemble_proc_root, pod_uid
+
+from mountwarden.agent.loop import Agent, AgentSettings, PrintedReport
+from mountwarden.agent.report import RefusedWrite, WriteOutcome
+
+
+def settings(proc_root, **overrides):
+    values = {"node_name": "node-a", "proc_root": proc_root, "kubelet_root": "/var/lib/kubelet",
+              "network_fstypes": ("nfs", "nfs4"), "interval_seconds": 1.0, "metrics_port": 0, **overrides}
+    return AgentSettings(**values)
+
+
+class RecordingSink:
+    def __init__(self, error=None):
+        self.specs = []
+        self.error = error
+
+    def sync(self, spec):
+        self.specs.append(spec)
+        if self.error is not None:
+            raise self.error
+        return WriteOutcome.CREATED
+
+
+def counter(agent, name):
+    return agent.metrics.registry.get_sample_value(name) or 0
+
+
+def test_a_failed_scan_is_counted_and_nothing_is_written(tmp_path):
+    sink = RecordingSink()
+    agent = Agent(settings(tmp_path), sink)
+
+    assert agent.step() is False
+    assert counter(agent, "mountwarden_agent_scan_errors_total") == 1
+    assert sink.specs == []
+
+
+def test_a_failed_write_is_counted_and_the_next_step_tries_again(tmp_path):
+    assemble_proc_root(tmp_path, [Mount("pv-a", pod_uid=pod_uid("a"))])
+    sink = RecordingSink(error=ConnectionRefusedError("API server away"))
+    agent = Agent(settings(tmp_path), sink)
+
+    assert agent.step() is False
+    sink.error = None
+    assert agent.step() is True
+
+    assert counter(agent, "mountwarden_agent_write_errors_total") == 1
+    assert agent.metrics.registry.get_sample_value("mountwarden_agent_report_writes_total",
+                                                   {"outcome": "created"}) == 1
+    assert len(sink.specs) == 2
+
+
+def test_a_refusal_is_not_a_failure_to_retry(tmp_path):
+    assemble_proc_root(tmp_path, [Mount("pv-a", pod_uid=pod_uid("a"))])
+    agent = Agent(settings(tmp_path), RecordingSink(error=RefusedWrite("not this node")))
+
+    with pytest.raises(RefusedWrite):
+        agent.step()
+
+
+def test_dry_run_prints_the_object_that_would_be_written(tmp_path):
+    assemble_proc_root(tmp_path, [Mount("pv-a", pod_uid=pod_uid("a"))])
+    out = io.StringIO()
+
+    assert Agent(settings(tmp_path), PrintedReport(out)).step() is True
+
+    body = json.loads(out.getvalue())
+    assert body["metadata"] == {"name": "node-a"}
+    assert body["spec"]["volumes"][0]["podUid"] == pod_uid("a")
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def scrape(port):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+            return response.read().decode()
+    except OSError:
+        return ""
+
+
+def metric(text, name):
+    values = [float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " ")
+              or line.startswith(name + "{")]
+    return sum(values)
+
+
+def wait_until(condition, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := condition():
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {condition}")
+
+
+def test_the_agent_process_survives_failed_scans_serves_metrics_and_stops_on_sigterm(tmp_path):
+    proc_root = tmp_path / "proc"
+    proc_root.mkdir()
+    port = free_port()
+    command = [sys.executable, "-m", "mountwarden", "agent", "--node-name", "node-a", "--proc-root", str(proc_root),
+               "--interval", "1", "--metrics-port", str(port), "--dry-run"]
+    with (tmp_path / "out.json").open("w") as out, (tmp_path / "err.log").open("w") as err:
+        agent = subprocess.Popen(command, stdout=out, stderr=err, start_new_session=True)
+    try:
+        # Nothing to read yet: every scan fails, the loop goes on.
+        wait_until(lambda: metric(scrape(port), "mountwarden_agent_scan_errors_total") >= 2)
+        assert agent.poll() is None
+        assemble_proc_root(proc_root, [Mount("pv-a", pod_uid=pod_uid("a"), sample_mount="/D")])
+        text = wait_until(lambda: (t := scrape(port)) and metric(t, "mountwarden_agent_volumes") == 1 and
+                          "mountwarden_nfs_operations_per_second{" in t and t)
+        assert f'pod_uid="{pod_uid("a")}"' in text and 'volume="pv-a"' in text
+
+        agent.send_signal(signal.SIGTERM)
+        assert agent.wait(timeout=15) == 0
+    finally:
+        if agent.poll() is None:
+            os.killpg(agent.pid, signal.SIGKILL)
+            agent.wait()
+    log = (tmp_path / "err.log").read_text()
+    assert "received SIGTERM" in log and "Traceback" in log  # the failed scans were logged with their cause
+    assert scrape(port) == ""  # the metrics server is gone with the process
