@@ -6,7 +6,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import kubernetes
@@ -93,6 +94,7 @@ class OperatorProcess:
     def start(self) -> None:
         self.starts += 1
         env = {**os.environ, "MOUNTWARDEN_COLLECT_INTERVAL": "2", "MOUNTWARDEN_CREDIT_INTERVAL": "10",
+               "MOUNTWARDEN_COMPLIANCE_INTERVAL": "2",
                **self.extra_env}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "mountwarden", "operator", "--kubeconfig", self.kubeconfig, "--verbose",
@@ -111,6 +113,16 @@ class OperatorProcess:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
         self.process = None
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Freeze the process (SIGSTOP): it holds its connections but answers nothing, as a hung operator."""
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.killpg(self.process.pid, signal.SIGCONT)
 
     def restart(self, sig: int = signal.SIGTERM) -> None:
         self.stop(sig)

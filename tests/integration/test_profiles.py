@@ -86,7 +86,13 @@ def test_pv_bound_to_v1_keeps_it_alive_until_it_goes(kube, operator, unique):
 
 def test_invalid_spec_names_the_field_and_creates_no_class(kube, operator, unique):
     name = f"bad-{unique}"
-    kube.apply_profile(profile_body(name, "cached", mountOptions=["hard", "nconect=4"]))
+    invalid = profile_body(name, "cached", mountOptions=["hard", "nconect=4"])
+    # The webhook refuses this profile at admission; while it cannot answer (failurePolicy Ignore), the
+    # profile is admitted, and then the reconciler must refuse it.
+    with pytest.raises(kubernetes.client.ApiException, match="nconect"):
+        kube.apply_profile(invalid)
+    with operator.paused():
+        kube.apply_profile(invalid)
     condition = wait_for(lambda: kube.condition(name, "Ready"), what="a Ready condition")
     assert condition["status"] == "False" and condition["reason"] == "InvalidSpec"
     assert "spec.mountOptions[1]" in condition["message"] and "Did you mean 'nconnect'" in condition["message"]

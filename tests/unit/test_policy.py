@@ -129,3 +129,15 @@ def test_explain_unknown_and_helper_options():
     unknown, tls = explain("nconect=2,tls")
     assert not unknown.known and "nconnect" in unknown.meaning
     assert "Never shown in the mount table" in tls.consequence
+
+
+def test_forbidding_actimeo_by_name_catches_the_preset_that_sets_it():
+    policy = resolve_policy(provisioner=EFS, cache_policy="cached", forbidden_options=["actimeo"])
+    (error,) = policy.errors
+    assert error.field == "spec.forbiddenOptions[0]" and "acregmin=600" in error.message
+
+
+def test_a_requirement_is_one_error_however_many_options_it_stands_for():
+    policy = resolve_policy(provisioner=EFS, cache_policy="cached", required_options=["actimeo=0"])
+    (error,) = policy.errors
+    assert "acregmin=600,acregmax=600,acdirmin=600,acdirmax=600" in error.message

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from mountwarden.core.options import Severity, effective_value, format_canonical, normalize
-from mountwarden.core.optiontable import BY_NAME, Concern, OptionValue, exclusive_group
+from mountwarden.core.optiontable import ATTRIBUTE_CACHE_TIMES, BY_NAME, Concern, OptionValue, exclusive_group
 
 _SEVERITY_BY_CONCERN = {
     Concern.CONSISTENCY: Severity.ERROR,
@@ -143,9 +143,12 @@ def forbidden_violations(forbidden: Iterable[str], effective: Mapping[str, Optio
     violations = []
     for token in forbidden:
         parsed = normalize(token)
-        spec = BY_NAME.get(token)
-        if not parsed.options and spec is not None and token in effective:
-            violations.append((token, format_canonical(token, effective[token])))
+        if not parsed.options and token in BY_NAME:
+            # actimeo never survives normalization: it stands for the four times it sets.
+            names = ATTRIBUTE_CACHE_TIMES if token == "actimeo" else (token,)
+            held = [format_canonical(name, effective[name]) for name in names if name in effective]
+            if held:
+                violations.append((token, ",".join(held)))
             continue
         if parsed.options and all(_in_effect(name, value, effective) for name, value in parsed.options.items()):
             violations.append((token, ",".join(format_canonical(n, v) for n, v in parsed.options.items())))

@@ -92,13 +92,15 @@ def resolve_policy(
         normalized = normalize(token)
         problems = _located(field, normalized)
         errors += problems[0]
-        for name, value in normalized.options.items():
-            in_effect = effective_value(effective, name)
-            wanted = True if exclusive_group(name) else value
-            if in_effect != wanted:
-                errors.append(SpecProblem(field, f"'{token}' is required, but the effective options "
-                                                 f"({_describe(effective, name)}) contradict it: change the preset or "
-                                                 "spec.mountOptions, or drop the requirement."))
+        contradicting = [
+            _describe(effective, name)
+            for name, value in normalized.options.items()
+            if effective_value(effective, name) != (True if exclusive_group(name) else value)
+        ]
+        if contradicting:  # one error per requirement, however many options it stands for
+            errors.append(SpecProblem(field, f"'{token}' is required, but the effective options "
+                                             f"({','.join(contradicting)}) contradict it: change the preset or "
+                                             "spec.mountOptions, or drop the requirement."))
     for index, token in enumerate(forbidden_options):
         field = f"spec.forbiddenOptions[{index}]"
         if not normalize(token).options and token not in BY_NAME:

@@ -1,0 +1,186 @@
+"""The admission webhook's TLS: a CA and a serving certificate, made with `cryptography`.
+
+kopf can make a self-signed certificate itself, but through certbuilder/oscrypto,
+which fail on OpenSSL 3; so the operator makes its own and hands kopf the files.
+The files carry the names cert-manager writes into a TLS Secret (tls.crt, tls.key,
+ca.crt), in the layout kubelet gives a mounted Secret (each name a symlink into
+``..data``, itself a symlink to the current version): a directory the chart
+mounts and a directory the operator fills itself look the same, and kopf's
+webhook server, which re-reads the files when their content changes (rotation),
+never sees a new key beside an old certificate.
+
+Keys are ECDSA P-256: generated in microseconds, accepted by the API server.
+"""
+
+import datetime
+import ipaddress
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+CERT_FILE = "tls.crt"
+KEY_FILE = "tls.key"
+CA_FILE = "ca.crt"
+
+#: A locally made certificate lasts a year; one that has less than RENEW_WITHIN left is made anew.
+VALIDITY = datetime.timedelta(days=365)
+RENEW_WITHIN = datetime.timedelta(days=30)
+# Backdated a little, so that a clock a few minutes behind does not reject a fresh certificate.
+_CLOCK_SKEW = datetime.timedelta(hours=1)
+
+
+class CertificateError(RuntimeError):
+    """The certificate directory cannot serve: the message says what is missing."""
+
+
+@dataclass(frozen=True)
+class ServingCertificate:
+    """Paths of the serving certificate, its key, and the CA the API server must trust."""
+
+    cert: Path
+    key: Path
+    ca: Path | None
+
+    @staticmethod
+    def in_directory(directory: Path) -> "ServingCertificate":
+        ca = directory / CA_FILE
+        return ServingCertificate(directory / CERT_FILE, directory / KEY_FILE, ca if ca.exists() else None)
+
+    def not_after(self) -> datetime.datetime:
+        return x509.load_pem_x509_certificate(self.cert.read_bytes()).not_valid_after_utc
+
+    def covers(self, hosts: Sequence[str]) -> bool:
+        certificate = x509.load_pem_x509_certificate(self.cert.read_bytes())
+        try:
+            names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        except x509.ExtensionNotFound:
+            return False
+        present = {str(ip) for ip in names.get_values_for_type(x509.IPAddress)}
+        present |= set(names.get_values_for_type(x509.DNSName))
+        return all(_san_text(host) in present for host in hosts)
+
+
+def _san_text(host: str) -> str:
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        return host
+
+
+def _san(host: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(host))
+    except ValueError:
+        return x509.DNSName(host)
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def _swap_link(link: Path, target: str) -> None:
+    tmp = link.with_name(f"{link.name}_tmp")
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(target)
+    os.replace(tmp, link)  # atomic: readers see the old target or the new one
+
+
+def _publish(directory: Path, files: dict[str, tuple[bytes, int]]) -> None:
+    """Write a new version of the files and switch to it in one rename, as kubelet does for a Secret volume."""
+    directory.mkdir(parents=True, exist_ok=True)
+    data_link = directory / "..data"
+    previous = os.readlink(data_link) if data_link.is_symlink() else None
+    version = Path(tempfile.mkdtemp(prefix="..", dir=directory))
+    for name, (content, mode) in files.items():
+        (version / name).write_bytes(content)
+        os.chmod(version / name, mode)
+    version.chmod(0o755)
+    _swap_link(data_link, version.name)
+    for name in files:
+        link = directory / name
+        if not (link.is_symlink() and os.readlink(link) == f"..data/{name}"):
+            _swap_link(link, f"..data/{name}")
+    # Keep the version just replaced: a reader may have resolved ..data a moment before the swap.
+    for old in directory.glob("..*"):
+        if old.is_dir() and not old.is_symlink() and old.name not in (version.name, previous):
+            shutil.rmtree(old)
+
+
+def issue(directory: Path, hosts: Sequence[str], *, now: datetime.datetime | None = None,
+          validity: datetime.timedelta = VALIDITY) -> ServingCertificate:
+    """Make a new CA and a serving certificate for ``hosts`` (names or IPs) in ``directory``."""
+    now = now or datetime.datetime.now(datetime.UTC)
+    not_before, not_after = now - _CLOCK_SKEW, now + validity
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "mountwarden-webhook-ca")])
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                     content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                     key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectAlternativeName([_san(host) for host in hosts]), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    _publish(directory, {
+        CA_FILE: (ca_cert.public_bytes(serialization.Encoding.PEM), 0o644),
+        KEY_FILE: (_pem_key(key), 0o600),
+        CERT_FILE: (cert.public_bytes(serialization.Encoding.PEM), 0o644),
+    })
+    return ServingCertificate(directory / CERT_FILE, directory / KEY_FILE, directory / CA_FILE)
+
+
+def ensure(directory: Path, hosts: Sequence[str], *, now: datetime.datetime | None = None,
+           renew_within: datetime.timedelta = RENEW_WITHIN) -> ServingCertificate:
+    """Reuse the certificate in ``directory`` if it covers ``hosts`` and is not about to expire; else issue one."""
+    now = now or datetime.datetime.now(datetime.UTC)
+    found = ServingCertificate.in_directory(directory)
+    if found.cert.exists() and found.key.exists() and found.ca is not None:
+        try:
+            if found.covers(hosts) and found.not_after() - now > renew_within:
+                return found
+        except ValueError:
+            pass  # not a certificate: replace it
+    return issue(directory, hosts, now=now)
+
+
+def require(directory: Path) -> ServingCertificate:
+    """The certificate someone else provides (cert-manager, the chart); fail with what is missing."""
+    found = ServingCertificate.in_directory(directory)
+    missing = [path.name for path in (found.cert, found.key) if not path.exists()]
+    if missing:
+        raise CertificateError(
+            f"the webhook certificate directory {directory} lacks {' and '.join(missing)}: mount the TLS Secret "
+            "(tls.crt, tls.key) there, or run with --webhook-mode local to make one"
+        )
+    return found

@@ -1,0 +1,120 @@
+"""The audit end to end on the local control plane: agent reports -> profile compliance, pod Events.
+
+Pods run on a kwok node; a proc root assembled from real mountstats samples
+carries their UIDs and PV names in kubelet paths; `mountwarden agent --once`
+writes the node's report, and the operator compares it with the profiles.
+"""
+
+import subprocess
+import sys
+
+import pytest
+from tests.procroot import Mount, Process, assemble_proc_root
+from tests.support import profile_body, wait_for
+
+pytestmark = pytest.mark.cluster
+
+SQLITE_SHARED_RANGE = "1073741826 1073742335"
+
+
+def volume_for(kube, namespace, pv, storage_class):
+    """A PV of the class, pre-bound to a PVC of the same name, as a provisioner would leave them."""
+    kube.core.create_persistent_volume({
+        "metadata": {"name": pv},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": storage_class,
+                 "persistentVolumeReclaimPolicy": "Retain", "claimRef": {"namespace": namespace, "name": pv},
+                 "nfs": {"server": "nas.example.com", "path": f"/{pv}"}},
+    })
+    kube.core.create_namespaced_persistent_volume_claim(namespace, {
+        "metadata": {"name": pv},
+        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": storage_class, "volumeName": pv,
+                 "resources": {"requests": {"storage": "1Gi"}}},
+    })
+
+
+def pod_with(kube, namespace, node, name, claim):
+    kube.core.create_namespaced_pod(namespace, {
+        "metadata": {"name": name},
+        "spec": {"nodeName": node, "containers": [{"name": "app", "image": "registry.invalid/app:1"}],
+                 "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]},
+    })
+    return wait_for(lambda: (pod := kube.core.read_namespaced_pod(name, namespace)).status.phase == "Running"
+                    and pod.metadata.uid, timeout=60, what=f"pod {name} Running")
+
+
+def compliance(kube, name):
+    return ((kube.profile(name) or {}).get("status") or {}).get("compliance")
+
+
+def pod_events(kube, namespace, pod):
+    return {(event.reason, event.message) for event in
+            kube.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={pod}").items}
+
+
+def test_drift_shared_superblock_and_sqlite_reach_status_and_events(cluster, kube, operator, namespace, unique,
+                                                                   tmp_path):
+    node = cluster.node_names[1]
+    strict_name, exact_name = f"drift-{unique}", f"exact-{unique}"
+    # coherent declares acregmax=3 and lookupcache=positive; the sample mounts have the defaults.
+    kube.apply_profile(profile_body(strict_name, "coherent", backend={"provisioner": "nfs.csi.k8s.io"}))
+    # exact declares what the sample's /D mount really has.
+    exact = profile_body(exact_name, "coherent", backend={"provisioner": "nfs.csi.k8s.io"})
+    exact["spec"].pop("cachePolicy")
+    exact["spec"]["mountOptions"] = ["vers=4.2", "hard"]
+    kube.apply_profile(exact)
+    wait_for(lambda: kube.classes_of(strict_name) and kube.classes_of(exact_name), what="both classes")
+
+    pvs = {"drifted": (f"pv-drift-{unique}", f"{strict_name}-v1"), "shared": (f"pv-shared-{unique}", f"{strict_name}-v1"),
+           "peer": (f"pv-peer-{unique}", f"{exact_name}-v1"), "db": (f"pv-db-{unique}", f"{exact_name}-v1")}
+    for pv, storage_class in pvs.values():
+        volume_for(kube, namespace, pv, storage_class)
+    uids = {role: pod_with(kube, namespace, node, role, pvs[role][0]) for role in pvs}
+
+    mounts = [
+        Mount(pvs["drifted"][0], pod_uid=uids["drifted"], sample_mount="/D"),
+        # The strict profile's pod mounts second on a superblock the exact profile's pod made first.
+        Mount(pvs["peer"][0], pod_uid=uids["peer"], superblock="shared", sample_mount="/D"),
+        Mount(pvs["shared"][0], pod_uid=uids["shared"], superblock="shared"),
+        Mount(pvs["db"][0], pod_uid=uids["db"], sample_mount="/D"),
+    ]
+    container = "c" * 64
+    cgroup = (f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uids['db'].replace('-', '_')}"
+              f".slice/cri-containerd-{container}.scope\n")
+    assembled = assemble_proc_root(tmp_path / "proc", mounts, locks=None,
+                                   processes=[Process(4242, cgroup=cgroup, maps="")])
+    major, minor = assembled.superblocks[assembled.mount_point(mounts[3])].split(":")
+    (assembled.path / "locks").write_text(
+        f"1: POSIX  ADVISORY  READ  4242 {int(major):02x}:{int(minor):02x}:77 {SQLITE_SHARED_RANGE}\n")
+
+    agent = subprocess.run([sys.executable, "-m", "mountwarden", "agent", "--once", "--node-name", node,
+                            "--proc-root", str(assembled.path), "--kubeconfig", str(cluster.kubeconfig)],
+                           capture_output=True, text=True, timeout=120)
+    assert agent.returncode == 0, agent.stderr
+
+    drifted = wait_for(lambda: (c := compliance(kube, strict_name)) and c["volumes"]["drifted"] == 2 and c,
+                       timeout=60, what="two drifted volumes in the strict profile")
+    assert drifted["volumes"] == {"compliant": 0, "drifted": 2, "unknown": 0}
+    assert drifted["pods"] == {"compliant": 0, "drifted": 2, "unknown": 0}
+    offenders = {o["pod"]: o for o in drifted["worstOffenders"]}
+    assert offenders[f"{namespace}/shared"]["reason"] == "SuperblockShared"
+    assert offenders[f"{namespace}/drifted"]["reason"] == "OptionMismatch"
+    assert offenders[f"{namespace}/shared"]["node"] == node
+    condition = kube.condition(strict_name, "Compliant")
+    assert (condition["status"], condition["reason"]) == ("False", "Drifted")
+    assert "acregmax" in condition["message"]
+
+    exact_status = wait_for(lambda: (c := compliance(kube, exact_name)) and c["volumes"]["compliant"] == 2 and c,
+                            timeout=60, what="the exact profile compliant")
+    assert exact_status["sqliteDatabases"] == 1
+    assert kube.condition(exact_name, "Compliant")["status"] == "True"
+
+    shared_events = wait_for(lambda: {r for r, _ in pod_events(kube, namespace, "shared")} >= {"SuperblockShared"}
+                             and pod_events(kube, namespace, "shared"), what="a SuperblockShared event")
+    (message,) = [m for r, m in shared_events if r == "SuperblockShared"]
+    assert assembled.mount_point(mounts[1]) in message  # names the other mount
+    wait_for(lambda: "MountPolicyDrift" in {r for r, _ in pod_events(kube, namespace, "drifted")},
+             what="a MountPolicyDrift event")
+    sqlite_events = wait_for(lambda: [m for r, m in pod_events(kube, namespace, "db") if r == "SQLiteOnNFS"],
+                             what="a SQLiteOnNFS event")
+    assert pvs["db"][0] in sqlite_events[0]
+    assert not pod_events(kube, namespace, "peer"), "the compliant pod gets no event"

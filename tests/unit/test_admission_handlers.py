@@ -1,0 +1,270 @@
+"""The admission handlers and their indexes, driven the way kopf drives them, without a cluster.
+
+The indexes live in kopf's own index store (OperatorIndexers), fed by the handler
+module's index functions: kopf keeps an object's previous entries when its index
+function returns None, and these tests hold the functions to that rule.
+"""
+
+import asyncio
+import logging
+import threading
+
+import kopf
+import pytest
+from kopf._core.actions.execution import Outcome
+from kopf._core.engines.indexing import OperatorIndexer, OperatorIndexers
+
+from mountwarden.core.admission import ClassEntry, ProfileEntry
+from mountwarden.handlers import admission
+from mountwarden.handlers.admission import resolve_mode
+from mountwarden.handlers.config import OperatorConfig, WebhookMode
+
+EFS = "efs.csi.aws.com"
+INDEXES = {
+    "profiles_by_name": admission.profiles_by_name,
+    "classes_by_name": admission.classes_by_name,
+    "classes_by_profile": admission.classes_by_profile,
+    "default_classes": admission.default_classes,
+    "namespace_labels": admission.namespace_labels,
+}
+
+
+class Indexes:
+    """kopf's index store, fed by the index functions for one resource kind at a time."""
+
+    def __init__(self) -> None:
+        self.indexers = OperatorIndexers()
+        for name in [*INDEXES, "volumes_by_class"]:
+            self.indexers[name] = OperatorIndexer()
+
+    def apply(self, obj: dict, *names: str) -> None:
+        body = kopf.Body(obj)
+        kwargs = dict(body=body, name=body.metadata.name, spec=body.spec, status=body.status,
+                      labels=body.metadata.labels, annotations=body.metadata.annotations)
+        self.indexers.replace(body, {name: Outcome(final=True, result=INDEXES[name](**kwargs)) for name in names})
+
+    def delete(self, obj: dict) -> None:
+        self.indexers.discard(kopf.Body(obj))
+
+    def kwargs(self) -> dict:
+        return {name: indexer.index for name, indexer in self.indexers.items()}
+
+    def entries(self, index: str) -> dict:
+        return {key: list(store) for key, store in self.indexers[index].index.items()}
+
+
+CLASS_INDEXES = ("classes_by_name", "classes_by_profile", "default_classes")
+
+
+def storage_class(name, *, profile=None, version=None, default=False, superseded_by=None, uid=None) -> dict:
+    labels = {"mountwarden.io/profile": profile, "mountwarden.io/version": str(version)} if profile else {}
+    annotations = {}
+    if default:
+        annotations["storageclass.kubernetes.io/is-default-class"] = "true"
+    if superseded_by:
+        annotations["mountwarden.io/superseded-by"] = superseded_by
+    return {"metadata": {"name": name, "uid": uid or name, "labels": labels, "annotations": annotations},
+            "provisioner": EFS}
+
+
+def profile(name="importer-scratch", *, status=None, **spec) -> dict:
+    return {
+        "metadata": {"name": name, "uid": name},
+        "spec": {"backend": {"provisioner": EFS, "parameters": {"fileSystemId": "fs-0123456789abcdef0"}},
+                 "cachePolicy": "cached", "consumers": {"namespaceSelector": {"matchLabels": {"team": "importer"}}},
+                 **spec},
+        "status": status or {"storageClassName": f"{name}-v1", "version": 1},
+    }
+
+
+# -- indexes --------------------------------------------------------------------------------------------
+
+
+def test_storage_class_indexes_follow_add_update_and_delete():
+    indexes = Indexes()
+    v1 = storage_class("importer-scratch-v1", profile="importer-scratch", version=1, default=True)
+    indexes.apply(v1, *CLASS_INDEXES)
+    assert [c.name for c in indexes.entries("default_classes")["default"]] == ["importer-scratch-v1"]
+    assert [c.name for c in indexes.entries("classes_by_profile")["importer-scratch"]] == ["importer-scratch-v1"]
+
+    # v2 takes over: v1 loses the default annotation and is marked superseded.
+    indexes.apply(storage_class("importer-scratch-v2", profile="importer-scratch", version=2, default=True),
+                  *CLASS_INDEXES)
+    indexes.apply(storage_class("importer-scratch-v1", profile="importer-scratch", version=1,
+                                superseded_by="importer-scratch-v2"), *CLASS_INDEXES)
+    assert [c.name for c in indexes.entries("default_classes")["default"]] == ["importer-scratch-v2"]
+    assert indexes.entries("classes_by_name")["importer-scratch-v1"][0].superseded_by == "importer-scratch-v2"
+    assert sorted(c.name for c in indexes.entries("classes_by_profile")["importer-scratch"]) == [
+        "importer-scratch-v1", "importer-scratch-v2"]
+
+    indexes.delete(v1)
+    assert "importer-scratch-v1" not in indexes.entries("classes_by_name")
+    assert [c.name for c in indexes.entries("classes_by_profile")["importer-scratch"]] == ["importer-scratch-v2"]
+
+
+def test_a_class_that_loses_its_profile_label_leaves_the_lineage():
+    indexes = Indexes()
+    indexes.apply(storage_class("x-v1", profile="x", version=1), *CLASS_INDEXES)
+    indexes.apply(storage_class("x-v1"), *CLASS_INDEXES)
+    assert indexes.entries("classes_by_profile") == {}
+    assert indexes.entries("classes_by_name")["x-v1"] == [ClassEntry("x-v1", EFS)]
+
+
+def test_profile_index_follows_add_update_and_delete():
+    indexes = Indexes()
+    indexes.apply(profile(), "profiles_by_name")
+    (entry,) = indexes.entries("profiles_by_name")["importer-scratch"]
+    assert entry == ProfileEntry(
+        "importer-scratch", EFS, namespace_selector={"matchLabels": {"team": "importer"}, "matchExpressions": []},
+        cache_policy="cached", file_system_id="fs-0123456789abcdef0", storage_class_name="importer-scratch-v1",
+    )
+
+    indexes.apply(profile(enforcement="deny", status={"storageClassName": "importer-scratch-v2",
+                                                      "credits": {"throughputMode": "bursting"}}), "profiles_by_name")
+    (entry,) = indexes.entries("profiles_by_name")["importer-scratch"]
+    assert (entry.enforcement, entry.storage_class_name, entry.throughput_mode) == (
+        "deny", "importer-scratch-v2", "bursting")
+
+    # An update that makes the spec invalid takes the profile out: it governs nothing until fixed.
+    indexes.apply(profile(mountOptions=["nconect=4"]), "profiles_by_name")
+    assert indexes.entries("profiles_by_name") == {}
+    indexes.apply(profile(), "profiles_by_name")
+    indexes.delete(profile())
+    assert indexes.entries("profiles_by_name") == {}
+
+
+def test_namespace_labels_follow_updates():
+    indexes = Indexes()
+    namespace = {"metadata": {"name": "importer", "uid": "ns", "labels": {"team": "importer"}}}
+    indexes.apply(namespace, "namespace_labels")
+    indexes.apply({"metadata": {"name": "importer", "uid": "ns", "labels": {"team": "web"}}}, "namespace_labels")
+    assert indexes.entries("namespace_labels") == {"importer": [{"team": "web"}]}
+    indexes.delete(namespace)
+    assert indexes.entries("namespace_labels") == {}
+
+
+def test_credit_watch_file_system_wins_over_the_backend_parameter():
+    indexes = Indexes()
+    indexes.apply(profile(creditWatch={"fileSystemId": "fs-00000000000000001"}), "profiles_by_name")
+    assert indexes.entries("profiles_by_name")["importer-scratch"][0].file_system_id == "fs-00000000000000001"
+
+
+# -- handlers -------------------------------------------------------------------------------------------
+
+
+def memo(ready: bool = True) -> kopf.Memo:
+    event = threading.Event()
+    if ready:
+        event.set()
+    return kopf.Memo(config=OperatorConfig(), admission_ready=event, webhook_registrar=None)
+
+
+@pytest.fixture
+def cluster() -> Indexes:
+    indexes = Indexes()
+    indexes.apply(profile(enforcement="deny"), "profiles_by_name")
+    indexes.apply(storage_class("importer-scratch-v1", profile="importer-scratch", version=1), *CLASS_INDEXES)
+    indexes.apply(storage_class("efs-sc"), *CLASS_INDEXES)
+    indexes.apply({"metadata": {"name": "importer", "uid": "ns1", "labels": {"team": "importer"}}},
+                  "namespace_labels")
+    indexes.apply({"metadata": {"name": "web", "uid": "ns2", "labels": {}}}, "namespace_labels")
+    return indexes
+
+
+def pvc(namespace: str, storage_class: str) -> kopf.Body:
+    return kopf.Body({"metadata": {"name": "data", "namespace": namespace},
+                      "spec": {"storageClassName": storage_class}})
+
+
+def validate_pvc(body: kopf.Body, indexes: Indexes, memo_: kopf.Memo) -> list[str]:
+    warnings: list[str] = []
+    asyncio.run(admission.validate_pvc(body=body, warnings=warnings, memo=memo_, logger=logging.getLogger("test"),
+                                       **indexes.kwargs()))
+    return warnings
+
+
+UNGOVERNED = ("StorageClass efs-sc is NFS (efs.csi.aws.com) but no StorageProfile governs it: "
+              "use a StorageProfile's class, or create a profile for it")
+
+
+def test_pvc_warnings_go_into_kopfs_warnings_list(cluster):
+    assert validate_pvc(pvc("web", "efs-sc"), cluster, memo()) == [UNGOVERNED]
+
+
+def test_pvc_denial_is_a_403_admission_error(cluster):
+    with pytest.raises(kopf.AdmissionError) as raised:
+        validate_pvc(pvc("importer", "efs-sc"), cluster, memo())
+    assert raised.value.code == 403
+    assert str(raised.value) == ("PVC importer/data is a consumer of StorageProfile importer-scratch but asks for "
+                                 "StorageClass efs-sc: use storageClassName importer-scratch-v1")
+
+
+def test_nothing_is_said_until_the_indexes_are_filled(cluster):
+    assert validate_pvc(pvc("importer", "efs-sc"), cluster, memo(ready=False)) == []
+
+
+def test_a_failing_review_allows_the_request_and_logs_why(cluster, caplog):
+    cluster.indexers["profiles_by_name"].replace(("", "broken", "uid"), {"broken": "not a profile entry"})
+    with caplog.at_level(logging.ERROR):
+        assert validate_pvc(pvc("web", "efs-sc"), cluster, memo()) == []
+    assert "the review failed; allowing the request" in caplog.text
+
+
+def validate_profile(body: dict, indexes: Indexes, *, operation="CREATE", old: dict | None = None) -> list[str]:
+    warnings: list[str] = []
+    asyncio.run(admission.validate_profile(
+        name=body["metadata"]["name"], body=kopf.Body(body), old=kopf.Body(old) if old else None, operation=operation,
+        warnings=warnings, memo=memo(), logger=logging.getLogger("test"), **indexes.kwargs()))
+    return warnings
+
+
+def test_an_invalid_profile_is_denied_naming_the_field(cluster):
+    with pytest.raises(kopf.AdmissionError) as raised:
+        validate_profile(profile("bad", mountOptions=["hard", "nconect=4"]), cluster)
+    assert raised.value.code == 403
+    assert str(raised.value).startswith("StorageProfile bad is invalid: spec.mountOptions[1]: unknown option 'nconect'")
+
+
+def test_a_schema_error_is_denied_naming_the_field(cluster):
+    body = profile("bad")
+    del body["spec"]["backend"]["provisioner"]
+    with pytest.raises(kopf.AdmissionError) as raised:
+        validate_profile(body, cluster)
+    assert str(raised.value) == "StorageProfile bad is invalid: spec.backend.provisioner: Field required"
+
+
+def test_metadata_changes_of_an_invalid_profile_pass(cluster):
+    """kopf adds its finalizer and annotations to profiles admitted while the webhook was down."""
+    bad = profile("bad", mountOptions=["nconect=4"])
+    with_finalizer = {**bad, "metadata": {**bad["metadata"], "finalizers": ["mountwarden.io/finalizer"]}}
+    assert validate_profile(with_finalizer, cluster, operation="UPDATE", old=bad) == []
+    deleting = {**bad, "spec": {**bad["spec"], "mountOptions": ["nconect=5"]},
+                "metadata": {**bad["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}}
+    assert validate_profile(deleting, cluster, operation="UPDATE", old=bad) == []
+    with pytest.raises(kopf.AdmissionError):
+        validate_profile({**bad, "spec": {**bad["spec"], "cachePolicy": "coherent"}}, cluster, operation="UPDATE",
+                         old=bad)
+
+
+def test_an_overlapping_profile_is_admitted_with_a_warning(cluster):
+    assert validate_profile(profile("importer-fast"), cluster) == [
+        "StorageProfile importer-fast: spec.consumers overlaps those of StorageProfile importer-scratch: a PVC "
+        "matching both gets two contracts; narrow one of the selectors"
+    ]
+
+
+def test_profile_change_reads_the_highest_version_from_status():
+    change = admission.profile_change("p", profile("p", status={"version": 2, "history": [{"version": 5}]}),
+                                      updating=True)
+    assert change.last_version == 5 and change.updating and change.desired is not None
+
+
+@pytest.mark.parametrize(("mode", "kubeconfig", "environ", "resolved"), [
+    (WebhookMode.AUTO, None, {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, WebhookMode.CLUSTER),
+    (WebhookMode.AUTO, "/k", {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, WebhookMode.LOCAL),
+    (WebhookMode.AUTO, None, {}, WebhookMode.LOCAL),
+    (WebhookMode.CLUSTER, "/k", {}, WebhookMode.CLUSTER),
+    (WebhookMode.LOCAL, None, {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, WebhookMode.LOCAL),
+])
+def test_webhook_mode(mode, kubeconfig, environ, resolved):
+    assert resolve_mode(mode, kubeconfig=kubeconfig, environ=environ) == resolved
