@@ -40,6 +40,9 @@ unit: venv ## Only the fast unit tests (no control plane)
 run: venv testbin ## Start a local control plane, the operator and the demo; Ctrl-C stops everything
 	MOUNTWARDEN_TESTBIN_DIR=$$(hack/testbin/build.sh) hack/run-demo.sh $(STATE)
 
+bench: venv testbin ## Run every benchmark once; figures in bench/results/ (summary.md, summary.json)
+	MOUNTWARDEN_TESTBIN_DIR=$$(hack/testbin/build.sh) $(BIN)/python bench/run.py $(BENCH_ARGS)
+
 clean: ## Remove the virtual environment and local state (not the testbin cache)
 	-$(BIN)/mountwarden dev-cluster down --state-dir $(STATE) --purge 2>/dev/null
 	rm -rf $(VENV) .state .pytest_cache .ruff_cache .hypothesis

@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import lru_cache
 
 from mountwarden.core.optionsyntax import format_option, parse_option_tokens
 from mountwarden.core.optiontable import (
@@ -356,10 +357,13 @@ def effective_value(options: Mapping[str, OptionValue], name: str) -> OptionValu
 
 def with_kernel_defaults(options: Mapping[str, OptionValue]) -> dict[str, OptionValue]:
     """Fill in what the kernel uses for every option it has a default for (what mountstats shows)."""
-    proto = str(options.get("proto", "tcp"))
-    filled: dict[str, OptionValue] = {}
-    for spec in BY_NAME.values():
-        default = default_for(spec.name, proto)
-        if default is not None and spec.visible_in_mount_table:
-            filled[spec.name] = default
-    return layer(filled, options)
+    return layer(_kernel_defaults(str(options.get("proto", "tcp"))), options)
+
+
+@lru_cache(maxsize=16)
+def _kernel_defaults(proto: str) -> dict[str, OptionValue]:
+    return {
+        spec.name: default
+        for spec in BY_NAME.values()
+        if spec.visible_in_mount_table and (default := default_for(spec.name, proto)) is not None
+    }

@@ -258,10 +258,9 @@ def default_for(name: str, proto: str = "tcp") -> OptionValue | None:
     return KERNEL_DEFAULTS.get(name)
 
 
+_GROUP_OF: dict[str, tuple[str, ...]] = {member: members for members in EXCLUSIVE_FLAGS.values() for member in members}
+
+
 def exclusive_group(name: str) -> tuple[str, ...] | None:
     """The set of mutually exclusive flags ``name`` belongs to, if any."""
-    for members in EXCLUSIVE_FLAGS.values():
-        if name in members:
-            return members
-    return None
-
+    return _GROUP_OF.get(name)

@@ -324,16 +324,17 @@ def _start_block(line: str, line_number: int, index: int) -> "_DeviceBlock | Non
 
 
 def _counters(tokens: list[str]) -> list[int] | None:
-    if not tokens or not all(is_decimal(token) for token in tokens):
+    # One check over the joined tokens: per-token checks dominated a 250-volume scan.
+    if not tokens or not is_decimal("".join(tokens)):
         return None
-    return [int(token) for token in tokens]
+    return list(map(int, tokens))
 
 
 def _named(names: tuple[str, ...], values: list[int]) -> dict[str, int]:
-    return {
-        (names[position] if position < len(names) else f"unnamed_{position}"): value
-        for position, value in enumerate(values)
-    }
+    named = dict(zip(names, values, strict=False))
+    for position in range(len(names), len(values)):
+        named[f"unnamed_{position}"] = values[position]
+    return named
 
 
 class _DeviceBlock:

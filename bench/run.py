@@ -1,0 +1,99 @@
+"""`make bench`: every benchmark in one run, their figures in bench/results/ and a short summary.
+
+Each benchmark is a script of its own that writes bench/results/<name>.json; this
+runs them one after another (they share two cores: running them at once would
+measure each other), then gathers the headline figures into
+bench/results/summary.json and bench/results/summary.md. Figures, not
+assertions: a benchmark that fails is reported as failed, the others still run.
+
+    .venv/bin/python bench/run.py [--only NAME ...] [--quick]
+"""
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+
+#: name -> (script arguments, arguments for --quick)
+BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
+    "parsers": (["bench/parsers.py", "--seconds", "2"], ["bench/parsers.py", "--seconds", "0.3"]),
+    "agent": (["bench/agent.py", "--scans", "20"], ["bench/agent.py", "--scans", "3"]),
+    "cloudwatch": (["bench/cloudwatch.py"], ["bench/cloudwatch.py"]),
+    "webhook": (["bench/webhook.py"], ["bench/webhook.py", "--profiles", "100", "--classes", "1000",
+                                       "--samples", "2000", "--creates", "50"]),
+    "rollout": (["bench/rollout.py"], ["bench/rollout.py", "--deployments", "4"]),
+    "scale": (["bench/scale.py"], ["bench/scale.py", "--pvs", "500", "--pods", "2000", "--nodes", "10",
+                                   "--touched", "100"]),
+}
+
+#: The figures a script can find by name, and the benchmark that measures each.
+HEADLINE = {
+    "webhook_p99_ms": "webhook",
+    "rollout_overhead_ratio": "rollout",
+    "parser_vs_procfs_ratio": "parsers",
+    "operator_rss_mib": "scale",
+    "agent_scan_cpu_ms": "agent",
+    "cloudwatch_requests_per_interval": "cloudwatch",
+}
+
+
+def figures(name: str) -> dict:
+    path = RESULTS / f"{name}.json"
+    document = json.loads(path.read_text())
+    flat = document.get("summary", document)
+    return {key: value for key, value in flat.items() if isinstance(value, int | float | str | bool)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", nargs="*", choices=sorted(BENCHMARKS), help="run only these")
+    parser.add_argument("--quick", action="store_true", help="small sizes: check the benchmarks run, not the figures")
+    args = parser.parse_args()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    runs: dict[str, dict] = {}
+    for name in args.only or BENCHMARKS:
+        full, quick = BENCHMARKS[name]
+        script = ROOT / (quick if args.quick else full)[0]
+        if not script.exists():
+            runs[name] = {"status": "missing", "script": str(script.relative_to(ROOT))}
+            continue
+        print(f"==> bench {name}", file=sys.stderr, flush=True)
+        started = time.monotonic()
+        done = subprocess.run([sys.executable, *(quick if args.quick else full)], cwd=ROOT, env=dict(os.environ),
+                              capture_output=True, text=True)
+        elapsed = round(time.monotonic() - started, 1)
+        if done.returncode != 0:
+            print(done.stderr[-3000:], file=sys.stderr)
+            runs[name] = {"status": "failed", "seconds": elapsed, "error": done.stderr[-2000:]}
+            continue
+        runs[name] = {"status": "ok", "seconds": elapsed, "figures": figures(name)}
+    headline = {key: runs.get(name, {}).get("figures", {}).get(key) for key, name in HEADLINE.items()}
+    summary = {
+        "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "quick": args.quick,
+        "headline": headline,
+        "benchmarks": runs,
+    }
+    (RESULTS / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    lines = [f"# Benchmarks ({summary['date']}, {os.cpu_count()} CPUs{', quick' if args.quick else ''})", "",
+             "| figure | value | from |", "|---|---|---|"]
+    lines += [f"| `{key}` | {value if value is not None else 'n/a'} | {HEADLINE[key]} |" for key, value in headline.items()]
+    lines += ["", "| benchmark | status | seconds |", "|---|---|---|"]
+    lines += [f"| {name} | {run['status']} | {run.get('seconds', '')} |" for name, run in runs.items()]
+    (RESULTS / "summary.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    if any(run["status"] == "failed" for run in runs.values()):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
