@@ -748,6 +748,31 @@ class DevCluster:
             self._write_state(state)
         return stopped
 
+    def restart(self, component: str, *, timeout: float = 60.0,
+                grace_seconds: float = processes.DEFAULT_GRACE_SECONDS) -> None:
+        """Stop one component and start it again with the same arguments, as an outage would.
+
+        For the chaos tests (an API server restarted under a running operator). Waits until
+        the API server answers /readyz again when it was the one restarted.
+        """
+        with self._locked():
+            state = self._read_state()
+            if component not in state.get("processes", {}):
+                raise DevClusterError(f"{component} is not running in {self.state_dir}")
+            old = processes.RecordedProcess.from_dict(component, state["processes"][component])
+            processes.stop([[old]], grace_seconds=grace_seconds)
+            new, popen = processes.spawn(component, old.args, Path(old.log), cwd=self.state_dir,
+                                         stop_with_parent=self._stop_with_parent)
+            self._children.append(popen)
+            state["processes"][component] = new.to_dict()
+            self._write_state(state)
+        if component == APISERVER:
+            pki_dir = self.state_dir / "pki"
+            api = _Api(state["api_server"], pki_.CertKey(pki_dir / "ca.crt", pki_dir / "ca.key"),
+                       pki_.CertKey(pki_dir / "admin.crt", pki_dir / "admin.key"))
+            self._wait("kube-apiserver to answer /readyz after its restart", lambda: self._get_ok(api, "/readyz"),
+                       [new], time.monotonic() + timeout)
+
     def down(self, purge: bool = False, grace_seconds: float = processes.DEFAULT_GRACE_SECONDS) -> list[str]:
         """Stop every process of this state dir (SIGTERM, SIGKILL after `grace_seconds`).
 
