@@ -76,9 +76,13 @@ class _RegionCache:
 class CreditFetcher:
     """One batched fetch per region and interval, shared by every profile's timer."""
 
-    def __init__(self, interval: timedelta, clients_for: Callable[[str], object] | None = None) -> None:
+    def __init__(self, interval: timedelta, clients_for: Callable[[str], object] | None = None,
+                 fetch: Callable[..., dict] = fetch_credit_series) -> None:
         self.interval = interval
         self._clients_for = clients_for or (lambda region: make_clients(region=region or None))
+        self._fetch_series = fetch
+        #: Fetches made, for tests and the log: one per region and interval when all is well.
+        self.fetches = 0
         self._clients: dict[str, object] = {}
         self._cache: dict[str, _RegionCache] = {}
         self._lock = threading.Lock()
@@ -105,7 +109,8 @@ class CreditFetcher:
         window = max(t.window for t in wanted)
         try:
             clients = self._clients.get(region) or self._clients.setdefault(region, self._clients_for(region))
-            results = fetch_credit_series(clients, ids, window, now)
+            results = self._fetch_series(clients, ids, window, now)
+            self.fetches += 1
         except CreditWatchError as error:  # no region at all: the same problem for everyone
             results = {fs_id: CreditWatchProblem(fs_id, error.problem.reason, error.problem.message) for fs_id in ids}
         cache.results, cache.fetched_at = results, now
