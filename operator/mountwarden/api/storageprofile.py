@@ -12,6 +12,8 @@ from pydantic import Field
 from mountwarden.api.base import ApiModel, Condition, LabelSelector
 from mountwarden.core.policy import ResolvedPolicy, resolve_policy
 from mountwarden.core.presets import CachePolicy
+from mountwarden.core.rollout import Phase as RolloutPhase
+from mountwarden.core.rollout import State as RolloutWorkloadState
 from mountwarden.core.storageclass import DesiredClass
 
 KIND = "StorageProfile"
@@ -204,6 +206,105 @@ class CreditsStatus(ApiModel):
     checked_at: datetime | None = Field(default=None, description="When the metrics were last fetched.")
 
 
+class RolloutWorkload(ApiModel):
+    """One workload of a rollout and where it stands."""
+
+    kind: str = Field(description="Deployment, StatefulSet or DaemonSet.")
+    namespace: str = Field(description="Its namespace.")
+    name: str = Field(description="Its name.")
+    state: RolloutWorkloadState = Field(description="Pending, Restarting, Verifying, Done, Blocked or Waiting.")
+    reason: str = Field(
+        description="Why, in one CamelCase word: Queued, RollingOut, Remounting, Verified, WaitingForReplicas, "
+        "SuperblockShared, OptionsAbsent, ReportMissing, ReportStale, MountNotReported, RemountsExhausted, "
+        "ScaledToZero, ScalingDisabled, AwaitingApproval or Paused."
+    )
+    message: str = Field(description="What it waits for or what went wrong: the pod, the node and the cause.")
+    replicas: int = Field(description="Its desired replicas (for a DaemonSet, the nodes it should run on).")
+    volumes: list[str] = Field(default_factory=list, description="The profile's PersistentVolumes it mounts.")
+    pod: str | None = Field(default=None, description="The replica the reason is about.")
+    node: str | None = Field(default=None, description="The node of that replica.")
+    restarted_at: datetime | None = Field(
+        default=None, description="When mountwarden restarted it (its pod template's mountwarden.io/restarted-at)."
+    )
+    verifying_since: datetime | None = Field(
+        default=None, description="Since when the node reports are awaited (verifyTimeoutSeconds counts from here)."
+    )
+    done_at: datetime | None = Field(default=None, description="When every replica was verified.")
+    remounts: int | None = Field(
+        default=None, description="Replicas deleted so that they mount afresh: they had kept an old superblock."
+    )
+
+
+class RolloutConsumer(ApiModel):
+    """A consumer mountwarden does not restart: on an older version, a Job, or a bare pod."""
+
+    kind: str = Field(description="Deployment, StatefulSet, DaemonSet, Job, CronJob, ReplicaSet or Pod.")
+    namespace: str = Field(description="Its namespace.")
+    name: str = Field(description="Its name.")
+    volumes: list[str] = Field(default_factory=list, description="The profile's PersistentVolumes it mounts.")
+    storage_class_names: list[str] = Field(default_factory=list, description="The classes of those volumes.")
+    note: str = Field(description="What happens to it, or what to do.")
+
+
+class RolloutStatus(ApiModel):
+    """How the current version reaches volumes that were bound before it (spec.rollout)."""
+
+    phase: RolloutPhase = Field(
+        description="AwaitingApproval, Progressing, Paused (a workload is Blocked), Waiting (only workloads at "
+        "zero replicas are left), AwaitingMigration (NewStorageClass) or Complete."
+    )
+    strategy: RolloutStrategy = Field(description="The strategy this plan follows.")
+    target_version: int = Field(description="The version the rollout brings the volumes to.")
+    target_storage_class_name: str = Field(description="The StorageClass of that version.")
+    from_versions: list[int] = Field(default_factory=list, description="The versions the volumes came from.")
+    message: str = Field(description="Where the rollout stands, in one line.")
+    supersedes: str | None = Field(
+        default=None, description="The target of an unfinished rollout this one replaced."
+    )
+    started_at: datetime = Field(description="When this plan was first made.")
+    completed_at: datetime | None = Field(default=None, description="When every workload was verified.")
+    volumes: list[str] = Field(
+        default_factory=list,
+        description="The PersistentVolumes the plan covers: the lineage's (PatchBoundVolumes) or those on older "
+        "versions (NewStorageClass).",
+    )
+    volumes_patched: int = Field(default=0, description="How many of them carry the target's mountOptions.")
+    workloads: list[RolloutWorkload] = Field(
+        default_factory=list, description="The workloads mountwarden restarts, in the order it restarts them."
+    )
+    consumers_on_older_versions: list[RolloutConsumer] = Field(
+        default_factory=list,
+        description="Consumers still on older options that mountwarden does not restart: every consumer under "
+        "NewStorageClass; Jobs, CronJobs and bare pods under PatchBoundVolumes.",
+    )
+    guidance: str | None = Field(default=None, description="How to migrate consumers to the new class.")
+
+
+class ComplianceCounts(ApiModel):
+    compliant: int = Field(default=0, description="Mounted as declared, confirmed by the node's report.")
+    drifted: int = Field(default=0, description="Mounted with other options (or SQLite against the policy).")
+    unknown: int = Field(default=0, description="Not confirmed: no report, a stale report, or not mounted yet.")
+
+
+class Offender(ApiModel):
+    pod: str = Field(description="namespace/name of the pod.")
+    node: str = Field(description="The node it runs on.")
+    volume: str = Field(description="The PersistentVolume.")
+    reason: str = Field(description="OptionMismatch, SuperblockShared, NconnectIgnored, SQLiteOnNFS, ReportMissing, "
+                                    "ReportStale, NotMounted or NotScheduled.")
+    message: str = Field(description="What differs, on which node, and why.")
+
+
+class ComplianceStatus(ApiModel):
+    """Whether every pod using the profile's volumes really mounts them as declared (node reports)."""
+
+    volumes: ComplianceCounts = Field(description="Pod volumes (one pod using one PV) by verdict.")
+    pods: ComplianceCounts = Field(description="Pods by their worst volume's verdict.")
+    sqlite_databases: int = Field(default=0, description="SQLite databases in use on the profile's volumes.")
+    worst_offenders: list[Offender] = Field(default_factory=list, description="The worst pod volumes, worst first.")
+    checked_at: datetime | None = Field(default=None, description="When the reports were last compared.")
+
+
 class StorageProfileStatus(ApiModel):
     storage_class_name: str | None = Field(default=None, description="The current StorageClass version.")
     version: int | None = Field(default=None, description="The current version number.")
@@ -213,10 +314,14 @@ class StorageProfileStatus(ApiModel):
     )
     history: list[VersionRecord] = Field(default_factory=list, description="Versions that exist, oldest first.")
     credits: CreditsStatus | None = Field(default=None, description="EFS burst-credit forecast (credit watch).")
+    compliance: ComplianceStatus | None = Field(default=None, description="What the node reports confirm.")
     conditions: list[Condition] = Field(
         default_factory=list, description="Ready, Compliant and CreditsDraining, Kubernetes-style."
     )
     observed_generation: int | None = Field(default=None, description="The spec generation last reconciled.")
+    rollout: RolloutStatus | None = Field(
+        default=None, description="How the current version reaches volumes bound before it (spec.rollout)."
+    )
 
 
 def desired_class(spec: StorageProfileSpec, policy: ResolvedPolicy) -> DesiredClass:

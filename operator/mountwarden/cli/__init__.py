@@ -1,11 +1,15 @@
 """The `mountwarden` command line. Each module registers its subcommands on `app`."""
 
 from mountwarden.cli import (  # noqa: F401  (imported for their registrations)
+    agent,
     cluster,
     credits,
+    docs,
     operator,
     options,
+    plan,
     procfs,
+    sqlite,
 )
 from mountwarden.cli._app import app
 

@@ -1,12 +1,43 @@
 """Subcommands: operator (run the controller) and crds (print or write the generated CRDs)."""
 
+import os
+import socket
+import zlib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from mountwarden.cli._app import app
-from mountwarden.cli._output import err_console
+from mountwarden.cli._output import err_console, fail
+from mountwarden.handlers.config import WebhookMode
+
+#: Derived peering priorities fall in 1..PRIORITY_RANGE, above kopf's default of 0. An operator started by
+#: hand with --priority above the range (to debug against a cluster) pauses every replica.
+PRIORITY_RANGE = 1_000_000
+
+
+def derived_priority(pod_name: str) -> int:
+    """A stable peering priority for one replica: its pod name's CRC-32, folded into 1..PRIORITY_RANGE.
+
+    kopf pauses every replica while two live ones share the highest priority, so replicas
+    must differ; the pod name is unique among live pods and stable across restarts of the pod.
+    """
+    return 1 + zlib.crc32(pod_name.encode()) % PRIORITY_RANGE
+
+
+def peering_priority(priority: int | None, *, standalone: bool,
+                     environ: Mapping[str, str] = os.environ) -> tuple[int, str | None]:
+    """The priority to run with, and where a derived one came from (None when given or unused)."""
+    if priority is not None:
+        return priority, None
+    if standalone:
+        return 0, None
+    pod_name = environ.get("POD_NAME") or socket.gethostname()
+    source = "POD_NAME" if environ.get("POD_NAME") else "the host name"
+    return derived_priority(pod_name), f"derived from {pod_name!r} ({source})"
 
 
 @app.command("crds")
@@ -42,29 +73,111 @@ def operator_command(
     standalone: Annotated[bool, typer.Option("--standalone/--peering", help="--peering: run as one of several "
                                              "replicas, one active at a time (kopf peering).")] = True,
     peering_name: Annotated[str, typer.Option("--peering-name", help="The KopfPeering object replicas share.")] = "mountwarden",
-    priority: Annotated[int, typer.Option("--priority", help="With --peering: the highest priority is active; "
-                                          "give replicas different values so none freezes.")] = 0,
+    priority: Annotated[int | None, typer.Option(
+        "--priority", help="With --peering: the live replica of the highest priority is active; replicas of equal "
+        "priority all freeze. Default with --peering: derived from the pod name ($POD_NAME, else the host name), "
+        f"1..{PRIORITY_RANGE}, distinct per replica.")] = None,
     liveness: Annotated[str | None, typer.Option("--liveness", help="Serve a liveness probe, "
                                                  "e.g. http://0.0.0.0:8080/healthz.")] = None,
     collect_interval: Annotated[float, typer.Option(
         "--collect-interval", envvar="MOUNTWARDEN_COLLECT_INTERVAL", min=1,
         help="Seconds between sweeps that delete superseded StorageClasses no volume holds any more.")] = 60.0,
+    metrics_port: Annotated[int, typer.Option("--metrics-port", help="Serve Prometheus /metrics on this port "
+                                              "(0: off).")] = 9800,
+    credit_interval: Annotated[float, typer.Option(
+        "--credit-interval", envvar="MOUNTWARDEN_CREDIT_INTERVAL", min=10,
+        help="Seconds between EFS credit checks (all watched file systems are fetched together). AWS "
+             "credentials and region come from the standard boto3 chain (IRSA in a cluster; AWS_REGION; "
+             "AWS_ENDPOINT_URL for a local endpoint).")] = 300.0,
+    webhook_mode: Annotated[WebhookMode, typer.Option(
+        "--webhook-mode", envvar="MOUNTWARDEN_WEBHOOK_MODE",
+        help="The admission webhook. local: serve on --webhook-host and register it with the API server; cluster: "
+             "serve on 0.0.0.0 with the certificate in --webhook-cert-dir (the chart registers it); "
+             "auto: cluster inside a pod, local elsewhere.")] = WebhookMode.AUTO,
+    webhook_port: Annotated[int | None, typer.Option(
+        "--webhook-port", envvar="MOUNTWARDEN_WEBHOOK_PORT",
+        help="Default: a free port locally, 9443 in a cluster.")] = None,
+    webhook_cert_dir: Annotated[str | None, typer.Option(
+        "--webhook-cert-dir", envvar="MOUNTWARDEN_WEBHOOK_CERT_DIR",
+        help="tls.crt and tls.key (e.g. a cert-manager Secret), reloaded when they change; locally made there "
+             "when absent. Default in a cluster: /etc/mountwarden/webhook-certs.")] = None,
+    webhook_host: Annotated[str, typer.Option(
+        "--webhook-host", envvar="MOUNTWARDEN_WEBHOOK_HOST",
+        help="local: the address the API server reaches this process at.")] = "127.0.0.1",
+    namespace: Annotated[str | None, typer.Option(
+        "--namespace", envvar="POD_NAMESPACE",
+        help="The operator's own namespace: its PVCs, like kube-system's, skip the webhook.")] = None,
+    network_provisioners: Annotated[list[str] | None, typer.Option(
+        "--network-provisioner", envvar="MOUNTWARDEN_NETWORK_PROVISIONERS",
+        help="A provisioner whose volumes are NFS, beyond the known ones (repeatable).")] = None,
+    agent_service_account: Annotated[str | None, typer.Option(
+        "--agent-service-account", envvar="MOUNTWARDEN_AGENT_SERVICE_ACCOUNT", metavar="NAMESPACE:NAME",
+        help="The node agent's service account: its NodeMountReport writes are admitted only for the node its "
+             "token is bound to (a failurePolicy Fail webhook, registered here in local mode, by the chart in a "
+             "cluster).")] = None,
+    webhook_service: Annotated[str | None, typer.Option(
+        "--webhook-service", envvar="MOUNTWARDEN_WEBHOOK_SERVICE", metavar="NAMESPACE/NAME[:PORT]",
+        help="cluster: the Service the API server reaches the webhook through (port 443 by default).")] = None,
+    enforce_configuration: Annotated[str | None, typer.Option(
+        "--enforce-configuration", envvar="MOUNTWARDEN_ENFORCE_CONFIGURATION", metavar="NAME",
+        help="cluster, with --webhook-service: the ValidatingWebhookConfiguration (made by the chart) into which "
+             "the active replica writes one failurePolicy Fail webhook per deny profile.")] = None,
+    active_label: Annotated[str | None, typer.Option(
+        "--active-label", envvar="MOUNTWARDEN_ACTIVE_LABEL", metavar="KEY",
+        help="In a pod ($POD_NAME, $POD_NAMESPACE): keep this label (value \"true\") on the pod while this "
+             "replica is the active peer with its admission indexes filled, so that a Service selecting it "
+             "routes webhook requests to the active replica only.")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every handler and API call.")] = False,
 ) -> None:
     """Run the controller: StorageProfiles into versioned StorageClasses, and more as issues land."""
-    import os
+    import logging
 
     import kopf
 
+    from mountwarden.adapters.webhookconfig import parse_service
+    from mountwarden.core.admission import service_account_username
+    from mountwarden.handlers.admission import (
+        ACTIVE_LABEL_ENV,
+        AGENT_SERVICE_ACCOUNT_ENV,
+        ENFORCE_CONFIGURATION_ENV,
+        WEBHOOK_SERVICE_ENV,
+    )
     from mountwarden.handlers.config import OperatorConfig
     from mountwarden.handlers.runner import run
 
+    try:
+        if agent_service_account:
+            service_account_username(agent_service_account)
+        if webhook_service:
+            parse_service(webhook_service)
+    except ValueError as error:
+        fail(escape(str(error)))
+    if bool(webhook_service) != bool(enforce_configuration):
+        fail("--webhook-service and --enforce-configuration go together: the deny webhooks need both")
+    if active_label and not (os.environ.get("POD_NAME") and namespace):
+        fail("--active-label labels this replica's own pod: set POD_NAME and POD_NAMESPACE (or --namespace)")
+
     kopf.configure(verbose=verbose)
-    # The sweep's interval is fixed when kopf registers the timer, at import of the handlers.
+    # Timer intervals are fixed when kopf registers the timers, at import of the handlers.
     os.environ["MOUNTWARDEN_COLLECT_INTERVAL"] = str(collect_interval)
+    os.environ["MOUNTWARDEN_CREDIT_INTERVAL"] = str(credit_interval)
+    # The admission handlers read these at startup (mountwarden.handlers.admission.AdmissionSettings).
+    for name, value in ((AGENT_SERVICE_ACCOUNT_ENV, agent_service_account), (WEBHOOK_SERVICE_ENV, webhook_service),
+                        (ENFORCE_CONFIGURATION_ENV, enforce_configuration), (ACTIVE_LABEL_ENV, active_label)):
+        if value:
+            os.environ[name] = value
+        else:
+            os.environ.pop(name, None)
+    priority, derived = peering_priority(priority, standalone=standalone)
+    if derived:
+        logging.getLogger("mountwarden.operator").info(f"peering priority {priority}, {derived}")
 
     run(
-        OperatorConfig(kubeconfig=kubeconfig),
+        OperatorConfig(
+            kubeconfig=kubeconfig, metrics_port=metrics_port, webhook_mode=webhook_mode, webhook_port=webhook_port,
+            webhook_cert_dir=webhook_cert_dir, webhook_host=webhook_host, namespace=namespace,
+            network_provisioners=tuple(network_provisioners or ()),
+        ),
         standalone=standalone,
         liveness_endpoint=liveness,
         peering_name=None if standalone else peering_name,

@@ -1,8 +1,31 @@
 """Operator settings that handlers read from kopf's memo."""
 
 from dataclasses import dataclass
+from enum import StrEnum
+
+
+class WebhookMode(StrEnum):
+    """local: serve on webhook_host and register the webhook; cluster: serve, the chart registers it."""
+
+    AUTO = "auto"  # cluster inside a pod, local elsewhere
+    LOCAL = "local"
+    CLUSTER = "cluster"
+    OFF = "off"
 
 
 @dataclass(frozen=True)
 class OperatorConfig:
     kubeconfig: str | None = None
+    #: Port of the Prometheus /metrics endpoint; 0 turns it off.
+    metrics_port: int = 9800
+    webhook_mode: WebhookMode = WebhookMode.AUTO
+    #: None: a free port locally, 9443 in a cluster.
+    webhook_port: int | None = None
+    #: tls.crt, tls.key (and ca.crt); locally made there when absent, or in a scratch directory when None.
+    webhook_cert_dir: str | None = None
+    #: Locally: the address the API server reaches the webhook at.
+    webhook_host: str = "127.0.0.1"
+    #: The operator's own namespace: its PVCs never wait on its webhook.
+    namespace: str | None = None
+    #: Provisioners that mount NFS beyond the built-in list (see mountwarden.core.admission).
+    network_provisioners: tuple[str, ...] = ()

@@ -38,3 +38,18 @@ def record_credits(profile: str, credits: dict) -> None:
 def serve(port: int, address: str = "0.0.0.0") -> None:
     if port:
         start_http_server(port, addr=address)
+
+PROFILE_VOLUMES = Gauge("mountwarden_profile_volumes", "Pod volumes of a profile by verdict (node reports)",
+                        ("profile", "state"))
+PROFILE_PODS = Gauge("mountwarden_profile_pods", "Pods using a profile's volumes by their worst verdict",
+                     ("profile", "state"))
+SQLITE_DATABASES = Gauge("mountwarden_sqlite_databases", "SQLite databases in use on a profile's volumes",
+                         ("profile",))
+
+
+def record_compliance(profile: str, counts: dict[str, dict[str, int]], sqlite_databases: int) -> None:
+    for state, number in counts["volumes"].items():
+        PROFILE_VOLUMES.labels(profile, state).set(number)
+    for state, number in counts["pods"].items():
+        PROFILE_PODS.labels(profile, state).set(number)
+    SQLITE_DATABASES.labels(profile).set(sqlite_databases)

@@ -75,6 +75,13 @@ def profiles_by_class(name: str, labels: kopf.Labels, **_) -> dict:
 
 
 @kopf.index(*PROFILE)
+def rollouts_under_way(name: str, status: kopf.Status, **_) -> dict:
+    """Profiles whose rollout is not complete: their consumers mix old and new options on purpose."""
+    phase = (status.get("rollout") or {}).get("phase")
+    return {name: phase} if phase and phase != "Complete" else {}
+
+
+@kopf.index(*PROFILE)
 def contracts(name: str, spec: kopf.Spec, **_) -> dict:
     """Each valid profile's resolved contract (an invalid one governs nothing until it is fixed)."""
     try:
@@ -160,9 +167,13 @@ def assess_compliance(
 @kopf.on.event(GROUP, VERSION, REPORTS)
 def announce_findings(
     name: str, spec: kopf.Spec, type: str, memo: kopf.Memo, contracts: kopf.Index, claims_by_volume: kopf.Index,
-    profiles_by_class: kopf.Index, pods_by_uid: kopf.Index, **_,
+    profiles_by_class: kopf.Index, pods_by_uid: kopf.Index, rollouts_under_way: kopf.Index, **_,
 ) -> None:
-    """Post a Warning Event on each pod whose mount drifted or that runs SQLite on NFS, once per finding."""
+    """Post a Warning Event on each pod whose mount drifted or that runs SQLite on NFS, once per finding.
+
+    Option drift on a profile whose rollout is under way is expected (replicas wait their turn) and is
+    reported in status only; the rollout itself says what blocks it.
+    """
     if type == "DELETED" or not spec:
         return
     view = report_view(dict(spec))
@@ -178,7 +189,7 @@ def announce_findings(
             continue
         verdict = assess(Consumer(pod_uid, pod["namespace"], pod["name"], name, volume_name), contract,
                          {name: view}, now=view.scan_time, stale_after=STALE_AFTER)
-        if verdict.state is VolumeState.DRIFTED:
+        if verdict.state is VolumeState.DRIFTED and profile not in rollouts_under_way:
             for finding in verdict.findings:
                 if finding.reason in _EVENT_REASONS and finding.severity != "info":
                     _post_once(posted, pod_uid, pod, _EVENT_REASONS[finding.reason],

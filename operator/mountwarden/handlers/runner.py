@@ -3,11 +3,15 @@
 import asyncio
 import logging
 import os
+from datetime import timedelta
 
 import kopf
 
-from mountwarden.adapters.kube import StorageClasses, api_client
-from mountwarden.handlers.config import OperatorConfig
+from mountwarden.adapters.kube import ProfileConditions, StorageClasses, api_client
+from mountwarden.api.base import GROUP, VERSION
+from mountwarden.api.storageprofile import PLURAL
+from mountwarden.handlers import metrics
+from mountwarden.handlers.config import OperatorConfig, WebhookMode
 
 PREFIX = "mountwarden.io"
 
@@ -52,16 +56,31 @@ def login(memo: kopf.Memo, **kwargs) -> kopf.ConnectionInfo | None:
     )
 
 
-def register_handlers() -> None:
+def register_handlers(config: OperatorConfig) -> None:
     """Import the handler modules; importing registers them with kopf."""
+    import mountwarden.handlers.credits  # noqa: F401
     import mountwarden.handlers.profiles  # noqa: F401
+    import mountwarden.handlers.reports  # noqa: F401
+    import mountwarden.handlers.rollouts  # noqa: F401
+    if config.webhook_mode != WebhookMode.OFF:
+        import mountwarden.handlers.admission  # noqa: F401
 
 
 def run(config: OperatorConfig, *, standalone: bool = True, liveness_endpoint: str | None = None,
         peering_name: str | None = None, priority: int = 0) -> None:
-    register_handlers()
+    register_handlers(config)
+    from mountwarden.handlers.credits import CREDIT_INTERVAL_SECONDS, CreditFetcher
+
     client = api_client(config.kubeconfig)
-    memo = kopf.Memo(config=config, kube_client=client, storage_classes=StorageClasses(client))
+    memo = kopf.Memo(
+        config=config,
+        kube_client=client,
+        storage_classes=StorageClasses(client),
+        conditions=ProfileConditions(client, GROUP, VERSION, PLURAL),
+        posted_findings=set(),
+        credit_fetcher=CreditFetcher(timedelta(seconds=CREDIT_INTERVAL_SECONDS)),
+    )
+    metrics.serve(config.metrics_port)
     asyncio.run(kopf.operator(
         clusterwide=True,
         standalone=standalone,

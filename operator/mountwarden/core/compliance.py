@@ -1,0 +1,213 @@
+"""Does every consumer of a profile really mount what the profile declares?
+
+A consumer is one pod using one PersistentVolume of the profile's lineage. Its
+verdict comes from its node's report: compliant, drifted (an option differs, a
+shared superblock kept other options, a SQLite database sits on it against the
+profile's policy) or unknown (no report, a stale report, the volume not in it).
+"""
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from mountwarden.core.nodescan import VolumeFinding, VolumeFindingReason, VolumeObservation, check_volume
+from mountwarden.core.options import Severity
+from mountwarden.core.optiontable import OptionValue
+
+#: How many offenders the condition message and status name.
+WORST_OFFENDERS = 5
+
+
+class VolumeState(StrEnum):
+    COMPLIANT = "compliant"
+    DRIFTED = "drifted"
+    UNKNOWN = "unknown"
+
+
+class VerdictReason(StrEnum):
+    """Why a pod volume is compliant, drifted or unknown (the drifted ones also use VolumeFindingReason)."""
+
+    COMPLIANT = "Compliant"
+    SQLITE_ON_NFS = "SQLiteOnNFS"
+    NOT_SCHEDULED = "NotScheduled"
+    REPORT_MISSING = "ReportMissing"
+    REPORT_STALE = "ReportStale"
+    NOT_MOUNTED = "NotMounted"
+
+
+class ComplianceReason(StrEnum):
+    """The reasons of a profile's Compliant condition."""
+
+    COMPLIANT = "Compliant"
+    DRIFTED = "Drifted"
+    UNVERIFIED = "Unverified"
+    NO_CONSUMERS = "NoConsumers"
+
+
+@dataclass(frozen=True, slots=True)
+class Consumer:
+    """One pod using one PersistentVolume of the profile."""
+
+    pod_uid: str
+    namespace: str
+    pod_name: str
+    node: str | None
+    volume_name: str  # the PV name: the kubelet's directory for CSI and in-tree NFS volumes
+
+    @property
+    def pod(self) -> str:
+        return f"{self.namespace}/{self.pod_name}"
+
+
+@dataclass(frozen=True, slots=True)
+class SqliteUse:
+    """A SQLite finding of a node report, as far as compliance needs it."""
+
+    pod_uid: str | None
+    volume_name: str | None
+    severity: str
+    mode: str
+    path: str | None
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeReportView:
+    """What one node's report says, keyed for lookups by (pod UID, volume name)."""
+
+    scan_time: datetime
+    volumes: Mapping[tuple[str, str], VolumeObservation]
+    sqlite: Sequence[SqliteUse] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Contract:
+    """What the profile declares, resolved."""
+
+    options: Mapping[str, OptionValue]
+    required: Sequence[str] = ()
+    forbidden: Sequence[str] = ()
+    sqlite: str = "warn"  # forbid | warn | allow
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    consumer: Consumer
+    state: VolumeState
+    reason: str  # a VerdictReason or, when drifted, a VolumeFindingReason
+    message: str
+    findings: tuple[VolumeFinding, ...] = ()
+    sqlite: tuple[SqliteUse, ...] = ()
+
+    @property
+    def rank(self) -> int:
+        """Worse verdicts rank lower: critical SQLite, then errors, then warnings, then unknowns."""
+        if any(use.severity == "critical" for use in self.sqlite):
+            return 0
+        if self.state is VolumeState.DRIFTED:
+            return 1 if any(f.severity is Severity.ERROR for f in self.findings) or self.sqlite else 2
+        return 3 if self.state is VolumeState.UNKNOWN else 4
+
+    def offender(self) -> dict:
+        return {"pod": self.consumer.pod, "node": self.consumer.node or "", "volume": self.consumer.volume_name,
+                "reason": self.reason, "message": self.message}
+
+
+def assess(
+    consumer: Consumer,
+    contract: Contract,
+    reports: Mapping[str, NodeReportView],
+    *,
+    now: datetime,
+    stale_after: timedelta,
+) -> Verdict:
+    """The verdict on one consumer, from its node's report."""
+    report = reports.get(consumer.node or "")
+    if consumer.node is None:
+        return Verdict(consumer, VolumeState.UNKNOWN, VerdictReason.NOT_SCHEDULED, f"{consumer.pod} is not on a node yet")
+    if report is None:
+        return Verdict(consumer, VolumeState.UNKNOWN, VerdictReason.REPORT_MISSING,
+                       f"no NodeMountReport for node {consumer.node}: is the mountwarden agent running there?")
+    if now - report.scan_time > stale_after:
+        return Verdict(consumer, VolumeState.UNKNOWN, VerdictReason.REPORT_STALE,
+                       f"the report of node {consumer.node} is {int((now - report.scan_time).total_seconds())} s "
+                       "old: is the mountwarden agent running there?")
+    observed = report.volumes.get((consumer.pod_uid, consumer.volume_name))
+    if observed is None:
+        return Verdict(consumer, VolumeState.UNKNOWN, VerdictReason.NOT_MOUNTED,
+                       f"{consumer.pod} has no mount of {consumer.volume_name} in the report of {consumer.node} "
+                       "(not mounted yet, or not a network filesystem)")
+    check = check_volume(observed, contract.options, required=contract.required, forbidden=contract.forbidden)
+    sqlite = tuple(use for use in report.sqlite
+                   if use.pod_uid == consumer.pod_uid and use.volume_name == consumer.volume_name)
+    counted_sqlite = sqlite if contract.sqlite != "allow" else ()
+    problems = [f for f in check.findings if f.severity is not Severity.INFO]
+    if not problems and not (counted_sqlite and contract.sqlite == "forbid"):
+        message = f"{consumer.pod} mounts {consumer.volume_name} as declared"
+        if counted_sqlite:
+            message += f"; SQLite in use on it ({counted_sqlite[0].mode} mode)"
+        return Verdict(consumer, VolumeState.COMPLIANT, VerdictReason.COMPLIANT, message, check.findings,
+                       counted_sqlite)
+    worst = sorted(problems, key=_finding_rank)[0] if problems else None
+    reason = str(worst.reason) if worst else VerdictReason.SQLITE_ON_NFS
+    message = f"{consumer.pod} on {consumer.node}: {worst.message if worst else counted_sqlite[0].message}"
+    return Verdict(consumer, VolumeState.DRIFTED, reason, message, check.findings, counted_sqlite)
+
+
+def _finding_rank(finding: VolumeFinding) -> tuple[int, int]:
+    specific = 0 if finding.reason is not VolumeFindingReason.OPTION_MISMATCH else 1
+    return (0 if finding.severity is Severity.ERROR else 1, specific)
+
+
+@dataclass(frozen=True)
+class ProfileCompliance:
+    verdicts: tuple[Verdict, ...]
+    sqlite_databases: int = 0
+    by_pod: dict[str, VolumeState] = field(default_factory=dict)
+
+    @staticmethod
+    def of(verdicts: Sequence[Verdict]) -> "ProfileCompliance":
+        by_pod: dict[str, VolumeState] = {}
+        for verdict in verdicts:
+            current = by_pod.get(verdict.consumer.pod_uid, VolumeState.COMPLIANT)
+            # A pod is as bad as its worst volume: drifted beats unknown beats compliant.
+            order = [VolumeState.COMPLIANT, VolumeState.UNKNOWN, VolumeState.DRIFTED]
+            by_pod[verdict.consumer.pod_uid] = max(current, verdict.state, key=order.index)
+        databases = {(v.consumer.volume_name, use.path or use.message) for v in verdicts for use in v.sqlite}
+        return ProfileCompliance(tuple(verdicts), len(databases), by_pod)
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        volumes = Counter(v.state for v in self.verdicts)
+        pods = Counter(self.by_pod.values())
+        return {
+            "volumes": {state.value: volumes.get(state, 0) for state in VolumeState},
+            "pods": {state.value: pods.get(state, 0) for state in VolumeState},
+        }
+
+    def worst_offenders(self) -> list[Verdict]:
+        offending = [v for v in self.verdicts if v.state is not VolumeState.COMPLIANT or v.sqlite]
+        return sorted(offending, key=lambda v: (v.rank, v.consumer.pod, v.consumer.volume_name))[:WORST_OFFENDERS]
+
+    def condition(self) -> tuple[str, str, str]:
+        """The Compliant condition: (status, reason, message)."""
+        counts = self.counts()["volumes"]
+        if not self.verdicts:
+            return "True", ComplianceReason.NO_CONSUMERS, "no pod uses a volume of this profile"
+        worst = self.worst_offenders()
+        summary = (f"{counts['compliant']} of {len(self.verdicts)} pod volumes compliant, "
+                   f"{counts['drifted']} drifted, {counts['unknown']} unknown")
+        if counts["drifted"]:
+            return "False", ComplianceReason.DRIFTED, summary + "; worst: " + "; ".join(v.message for v in worst[:3])
+        if counts["unknown"]:
+            return "Unknown", ComplianceReason.UNVERIFIED, summary + "; " + worst[0].message
+        return "True", ComplianceReason.COMPLIANT, summary
+
+    def to_status(self) -> dict:
+        """The status.compliance object (checkedAt is the caller's)."""
+        return {
+            **self.counts(),
+            "sqliteDatabases": self.sqlite_databases,
+            "worstOffenders": [verdict.offender() for verdict in self.worst_offenders()],
+        }
