@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 STATE ?= .state/dev-cluster
 PYTEST_ARGS ?=
 
-.PHONY: help venv testbin lint crds test unit integration run bench chart clean
+.PHONY: help venv testbin lint crds docs test unit integration run bench chart clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -26,10 +26,17 @@ testbin: ## Build etcd, the Kubernetes control plane, kwok and helm from source 
 crds: venv ## Regenerate crds/ from the API models
 	$(BIN)/mountwarden crds --output-dir crds
 
+docs: venv ## Regenerate docs/reference/ from the API models and the metric definitions
+	$(BIN)/mountwarden docs --output-dir docs/reference
+
+chart: ## Copy the generated CRDs (crds/) into the Helm chart (charts/mountwarden/crds/)
+	cp crds/*.yaml charts/mountwarden/crds/
+
 lint: venv ## ruff, the import-layer contracts, and generated files up to date
-	$(BIN)/ruff check operator tests e2e
+	$(BIN)/ruff check operator tests e2e bench
 	$(BIN)/lint-imports
 	$(BIN)/mountwarden crds --output-dir crds --check
+	$(BIN)/mountwarden docs --output-dir docs/reference --check
 
 test: venv testbin lint ## Lint and run the whole suite against a real local control plane
 	MOUNTWARDEN_TESTBIN_DIR=$$(hack/testbin/build.sh) $(BIN)/python -m pytest $(PYTEST_ARGS)
