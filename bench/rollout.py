@@ -91,14 +91,15 @@ def counting_operator(counts_path: str, argv: list[str]) -> None:
 
 
 class Operator:
-    def __init__(self, kubeconfig: str, interval: float, workdir: Path) -> None:
+    def __init__(self, kubeconfig: str, interval: float, workdir: Path,
+                 extra_args: tuple[str, ...] = ("--webhook-mode", "off")) -> None:
         self.counts_path = workdir / "counts.json"
         self.log = (workdir / "operator.log").open("w")
         env = {**os.environ, "MOUNTWARDEN_ROLLOUT_INTERVAL": str(interval),
                "PYTHONPATH": os.pathsep.join([str(ROOT / "operator"), str(ROOT)])}
         self.process = subprocess.Popen(
             [sys.executable, __file__, COUNTING_FLAG, str(self.counts_path), "--kubeconfig", kubeconfig,
-             "--webhook-mode", "off", "--metrics-port", "0", "--verbose"],
+             *extra_args, "--metrics-port", "0"],
             stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
         )
 

@@ -60,7 +60,7 @@ def watched_file_system(spec: dict) -> CreditWatchTarget | None:
 
 
 @kopf.index(*PROFILE)
-def credit_watch_targets(spec: kopf.Spec, **_) -> dict:
+async def credit_watch_targets(spec: kopf.Spec, **_) -> dict:
     target = watched_file_system(dict(spec))
     return {target.region: target} if target else {}
 

@@ -29,13 +29,13 @@ COLLECT_INTERVAL_SECONDS = float(os.environ.get("MOUNTWARDEN_COLLECT_INTERVAL", 
 
 
 @kopf.index("persistentvolumes")
-def volumes_by_class(name: str, spec: kopf.Spec, **_) -> dict:
+async def volumes_by_class(name: str, spec: kopf.Spec, **_) -> dict:
     storage_class = spec.get("storageClassName")
     return {storage_class: name} if storage_class else {}
 
 
 @kopf.index("persistentvolumeclaims")
-def unbound_claims_by_class(name: str, namespace: str, spec: kopf.Spec, status: kopf.Status, **_) -> dict:
+async def unbound_claims_by_class(name: str, namespace: str, spec: kopf.Spec, status: kopf.Status, **_) -> dict:
     """Claims still waiting for a volume keep their class alive too: deleting it would strand them."""
     storage_class = spec.get("storageClassName")
     if not storage_class or status.get("phase") == "Bound":

@@ -42,12 +42,12 @@ _EVENT_REASONS = {"OptionMismatch": "MountPolicyDrift", "SuperblockShared": "Sup
 
 
 @kopf.index(GROUP, VERSION, REPORTS)
-def reports_by_node(name: str, spec: kopf.Spec, **_) -> dict:
+async def reports_by_node(name: str, spec: kopf.Spec, **_) -> dict:
     return {name: dict(spec)}
 
 
 @kopf.index("pods")
-def pods_by_claim(name: str, namespace: str, uid: str, spec: kopf.Spec, **_) -> dict:
+async def pods_by_claim(name: str, namespace: str, uid: str, spec: kopf.Spec, **_) -> dict:
     claims = {(namespace, volume["persistentVolumeClaim"]["claimName"])
               for volume in spec.get("volumes") or [] if volume.get("persistentVolumeClaim")}
     if not claims:
@@ -57,12 +57,12 @@ def pods_by_claim(name: str, namespace: str, uid: str, spec: kopf.Spec, **_) -> 
 
 
 @kopf.index("pods")
-def pods_by_uid(name: str, namespace: str, uid: str, **_) -> dict:
+async def pods_by_uid(name: str, namespace: str, uid: str, **_) -> dict:
     return {uid: {"name": name, "namespace": namespace}}
 
 
 @kopf.index("persistentvolumes")
-def claims_by_volume(name: str, spec: kopf.Spec, **_) -> dict:
+async def claims_by_volume(name: str, spec: kopf.Spec, **_) -> dict:
     claim = spec.get("claimRef") or {}
     if not claim.get("name"):
         return {}
@@ -70,19 +70,19 @@ def claims_by_volume(name: str, spec: kopf.Spec, **_) -> dict:
 
 
 @kopf.index("storage.k8s.io", "v1", "storageclasses", labels={PROFILE_LABEL: kopf.PRESENT})
-def profiles_by_class(name: str, labels: kopf.Labels, **_) -> dict:
+async def profiles_by_class(name: str, labels: kopf.Labels, **_) -> dict:
     return {name: labels[PROFILE_LABEL]}
 
 
 @kopf.index(*PROFILE)
-def rollouts_under_way(name: str, status: kopf.Status, **_) -> dict:
+async def rollouts_under_way(name: str, status: kopf.Status, **_) -> dict:
     """Profiles whose rollout is not complete: their consumers mix old and new options on purpose."""
     phase = (status.get("rollout") or {}).get("phase")
     return {name: phase} if phase and phase != "Complete" else {}
 
 
 @kopf.index(*PROFILE)
-def contracts(name: str, spec: kopf.Spec, **_) -> dict:
+async def contracts(name: str, spec: kopf.Spec, **_) -> dict:
     """Each valid profile's resolved contract (an invalid one governs nothing until it is fixed)."""
     try:
         profile = StorageProfileSpec.model_validate(dict(spec))

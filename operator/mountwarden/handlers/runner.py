@@ -16,6 +16,45 @@ from mountwarden.handlers.config import OperatorConfig, WebhookMode
 PREFIX = "mountwarden.io"
 
 
+def wake_waiters_only_on_flips() -> None:
+    """Make kopf's start-up linear in the number of objects instead of quadratic.
+
+    While kopf fills its indexes, every object has a toggle in one set, drops it once
+    indexed, then waits for the whole set; each drop woke every waiting task although the
+    set's state (all indexed or not) flips only once: 3,000 objects took 45 s, 25,000 would
+    take hours. Waiters check only that state, so waking them only when it flips is exact.
+    """
+    from kopf._cogs.aiokits import aiotoggles
+
+    toggle_set = aiotoggles.ToggleSet
+    if getattr(toggle_set, "wakes_only_on_flips", False):
+        return
+
+    async def make_toggle(self, __val: bool = False, *, name: str | None = None):
+        toggle = aiotoggles.Toggle(__val, name=name, condition=self._condition)
+        async with self._condition:
+            before = self.is_on()
+            self._toggles.add(toggle)
+            if self.is_on() != before:
+                self._condition.notify_all()
+        return toggle
+
+    async def drop_toggles(self, toggles) -> None:
+        async with self._condition:
+            before = self.is_on()
+            self._toggles.difference_update(toggles)
+            if self.is_on() != before:
+                self._condition.notify_all()
+
+    async def drop_toggle(self, toggle) -> None:
+        await drop_toggles(self, [toggle])
+
+    toggle_set.make_toggle = make_toggle
+    toggle_set.drop_toggles = drop_toggles
+    toggle_set.drop_toggle = drop_toggle
+    toggle_set.wakes_only_on_flips = True
+
+
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, **_) -> None:
     # Progress and the last-handled spec live in annotations: the status schema is
@@ -69,6 +108,7 @@ def register_handlers(config: OperatorConfig) -> None:
 def run(config: OperatorConfig, *, standalone: bool = True, liveness_endpoint: str | None = None,
         peering_name: str | None = None, priority: int = 0) -> None:
     register_handlers(config)
+    wake_waiters_only_on_flips()
     from mountwarden.handlers.credits import CREDIT_INTERVAL_SECONDS, CreditFetcher
 
     client = api_client(config.kubeconfig)

@@ -1,0 +1,222 @@
+"""Scale: the operator in a cluster of 5,000 PVs and PVCs and 20,000 pods on 100 kwok nodes.
+
+    .venv/bin/python bench/scale.py [--pvs 5000] [--pods 20000] [--nodes 100] [--touched 1000]
+
+A local control plane with --nodes kwok nodes is filled by a bulk loader (parallel creates
+through the API): --profiles StorageProfiles, --pvs PVs of their classes pre-bound to as many
+PVCs, and --pods bare pods mounting them, bound to the nodes directly. Then the operator
+starts as users run it (a separate process, its HTTP requests counted at the transport), and:
+
+- operator_startup_seconds: from its start until a profile created at that moment is Ready
+  (kopf runs no handler before its indexes are filled, so this includes listing the cluster);
+- operator_rss_mib: its peak resident memory over the whole run (sampled every 0.5 s);
+- profile_change_seconds and profile_change_api_requests: one profile change (PatchBoundVolumes,
+  Automatic) that touches --touched PVs, until every one of them carries the new options;
+- webhook_under_load_p50_ms / _p99_ms: PVC creates through the API server, with the webhook,
+  while all of the above is loaded.
+
+Writes bench/results/scale.json. Figures, not assertions.
+"""
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.rollout import GROUP, VERSION, Operator, install_crds, wait  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+NAMESPACES = 10
+
+
+def profile(name: str, cache_policy: str) -> dict:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "StorageProfile", "metadata": {"name": name},
+        "spec": {"backend": {"provisioner": "nfs.csi.k8s.io", "parameters": {"server": "nfs.bench", "share": "/"}},
+                 "cachePolicy": cache_policy, "rollout": {"strategy": "PatchBoundVolumes", "approval": "Automatic"}},
+    }
+
+
+class PeakRss:
+    """Samples a process's resident memory in a thread; keeps the peak."""
+
+    def __init__(self, pid: int) -> None:
+        self.process = psutil.Process(pid)
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            try:
+                self.peak = max(self.peak, self.process.memory_info().rss)
+            except psutil.Error:
+                return
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
+def bulk(calls, workers: int = 24) -> None:
+    with ThreadPoolExecutor(workers) as pool:
+        for future in [pool.submit(call) for call in calls]:
+            future.result()
+
+
+def load(api, args) -> tuple[list[str], dict[str, list[str]]]:
+    """Profiles, PVs bound to PVCs, pods on nodes; returns the profile names and each one's PVs."""
+    import kubernetes
+
+    core = kubernetes.client.CoreV1Api(api)
+    custom = kubernetes.client.CustomObjectsApi(api)
+    nodes = [node.metadata.name for node in core.list_node().items]
+    profiles = [f"scale-{n}" for n in range(args.profiles)]
+    for name in profiles:
+        custom.create_cluster_custom_object(GROUP, VERSION, "storageprofiles", profile(name, "coherent"))
+    namespaces = [f"scale-{n}" for n in range(NAMESPACES)]
+    bulk([lambda ns=ns: core.create_namespace({"metadata": {"name": ns}}) for ns in namespaces])
+    volumes: dict[str, list[str]] = {name: [] for name in profiles}
+    pv_calls, pvc_calls, pod_calls = [], [], []
+    for index in range(args.pvs):
+        owner = profiles[index % len(profiles)] if index >= args.touched else profiles[0]
+        pv, ns = f"scale-pv-{index:05d}", namespaces[index % NAMESPACES]
+        volumes[owner].append(pv)
+        pv_calls.append(lambda pv=pv, ns=ns, owner=owner: core.create_persistent_volume({
+            "metadata": {"name": pv},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
+                     "storageClassName": f"{owner}-v1", "persistentVolumeReclaimPolicy": "Retain",
+                     "claimRef": {"namespace": ns, "name": pv}, "nfs": {"server": "nfs.bench", "path": f"/{pv}"}}}))
+        pvc_calls.append(lambda pv=pv, ns=ns, owner=owner: core.create_namespaced_persistent_volume_claim(ns, {
+            "metadata": {"name": pv},
+            "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": f"{owner}-v1", "volumeName": pv,
+                     "resources": {"requests": {"storage": "1Gi"}}}}))
+    for index in range(args.pods):
+        pv_index = index % args.pvs
+        pv, ns = f"scale-pv-{pv_index:05d}", namespaces[pv_index % NAMESPACES]
+        pod_calls.append(lambda index=index, pv=pv, ns=ns: core.create_namespaced_pod(ns, {
+            "metadata": {"name": f"scale-pod-{index:05d}"},
+            "spec": {"nodeName": nodes[index % len(nodes)],
+                     "containers": [{"name": "app", "image": "registry.invalid/app:1"}],
+                     "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": pv}}]}}))
+    for calls in (pv_calls, pvc_calls, pod_calls):
+        bulk(calls)
+    return profiles, volumes
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def run(args, kubeconfig: str, workdir: Path) -> dict:
+    import kubernetes
+
+    api = kubernetes.config.new_client_from_config(config_file=kubeconfig)
+    core, custom = kubernetes.client.CoreV1Api(api), kubernetes.client.CustomObjectsApi(api)
+    install_crds(api)
+    started = time.monotonic()
+    profiles, volumes = load(api, args)
+    load_seconds = time.monotonic() - started
+
+    operator = Operator(kubeconfig, 5.0, workdir, extra_args=("--webhook-mode", "local"))
+    rss = PeakRss(operator.process.pid)
+    started = time.monotonic()
+    custom.create_cluster_custom_object(GROUP, VERSION, "storageprofiles", profile("scale-probe", "cached"))
+
+    def ready(name: str) -> bool:
+        status = custom.get_cluster_custom_object(GROUP, VERSION, "storageprofiles", name).get("status") or {}
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions", []))
+
+    try:
+        wait(lambda: ready("scale-probe"), "the probe profile Ready", timeout=900, interval=0.2)
+        startup = time.monotonic() - started
+        wait(lambda: all(ready(name) for name in profiles), "every profile Ready", timeout=600)
+
+        touched = volumes[profiles[0]]
+        before = operator.counts()
+        started = time.monotonic()
+        custom.patch_cluster_custom_object(GROUP, VERSION, "storageprofiles", profiles[0],
+                                           {"spec": profile(profiles[0], "cached")["spec"]})
+        new = wait(lambda: (s := custom.get_cluster_custom_object(GROUP, VERSION, "storageprofiles", profiles[0])
+                            .get("status") or {}).get("version") == 2 and s["effectiveMountOptions"],
+                   "version 2", timeout=300)
+        touched_set = set(touched)
+
+        def patched() -> bool:
+            pvs = core.list_persistent_volume().items
+            done = [pv for pv in pvs if pv.metadata.name in touched_set and pv.spec.mount_options == new]
+            return len(done) == len(touched_set)
+
+        wait(patched, f"{len(touched)} PVs patched", timeout=1800, interval=2.0)
+        change_seconds = time.monotonic() - started
+        requests = operator.counts() - before
+
+        namespace = "scale-webhook"
+        core.create_namespace({"metadata": {"name": namespace}})
+        latencies = []
+        for index in range(args.creates):
+            began = time.perf_counter()
+            core.create_namespaced_persistent_volume_claim(namespace, {
+                "metadata": {"name": f"claim-{index}"},
+                "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": f"{profiles[1]}-v1",
+                         "resources": {"requests": {"storage": "1Gi"}}}})
+            latencies.append(time.perf_counter() - began)
+    finally:
+        peak = rss.stop()
+        operator.stop()
+    return {
+        "summary": {
+            "nodes": args.nodes, "pvs": args.pvs, "pvcs": args.pvs, "pods": args.pods, "profiles": args.profiles,
+            "load_seconds": round(load_seconds, 1),
+            "operator_startup_seconds": round(startup, 2),
+            "operator_rss_mib": round(peak / 2**20, 1),
+            "profile_change_pvs": len(touched),
+            "profile_change_seconds": round(change_seconds, 1),
+            "profile_change_api_requests": sum(requests.values()),
+            "webhook_under_load_p50_ms": round(percentile(latencies, 0.5) * 1000, 2),
+            "webhook_under_load_p99_ms": round(percentile(latencies, 0.99) * 1000, 2),
+        },
+        "profile_change_requests_by_kind": dict(requests.most_common()),
+        "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=100)
+    parser.add_argument("--pvs", type=int, default=5000)
+    parser.add_argument("--pods", type=int, default=20000)
+    parser.add_argument("--profiles", type=int, default=5)
+    parser.add_argument("--touched", type=int, default=1000, help="PVs of the profile that changes")
+    parser.add_argument("--creates", type=int, default=200, help="PVC creates timed through the webhook")
+    args = parser.parse_args()
+    from mountwarden.devcluster import DevCluster
+
+    with tempfile.TemporaryDirectory(prefix="mountwarden-scale-") as scratch:
+        cluster = DevCluster(Path(scratch) / "cluster", stop_with_parent=True)
+        try:
+            info = cluster.up(nodes=args.nodes, timeout=600)
+            result = run(args, str(info.kubeconfig), Path(scratch))
+        finally:
+            cluster.down()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "scale.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result["summary"], indent=2))
+
+
+if __name__ == "__main__":
+    main()
