@@ -96,16 +96,19 @@ class ProfileConditions:
         self.resource = (group, version, plural)
 
     def set(self, name: str, type_: str, status: str, reason: str, message: str, generation: int | None,
-            attempts: int = 5) -> None:
+            *, also: dict | None = None, attempts: int = 5) -> None:
+        """Set one condition; ``also`` are status fields written in the same patch, so that nobody
+        sees the condition without the fields it speaks of (Ready without storageClassName)."""
         for attempt in range(attempts):
             with transient_errors():
                 current = self.api.get_cluster_custom_object(*self.resource, name)
             conditions = (current.get("status") or {}).get("conditions") or []
             updated = set_condition(list(conditions), type_, status, reason, message, generation)
-            if updated == conditions:
+            unchanged = all((current.get("status") or {}).get(key) == value for key, value in (also or {}).items())
+            if updated == conditions and unchanged:
                 return
             body = {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
-                    "status": {"conditions": updated}}
+                    "status": {**(also or {}), "conditions": updated}}
             try:
                 with transient_errors():
                     self.api.patch_cluster_custom_object_status(*self.resource, name, body)

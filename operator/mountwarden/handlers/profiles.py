@@ -77,11 +77,10 @@ def _validation_message(error: ValidationError) -> str:
     return "; ".join(problems)
 
 
-def _refuse(name: str, body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, generation: int | None,
-            message: str) -> None:
+def _refuse(name: str, body: kopf.Body, memo: kopf.Memo, generation: int | None, message: str) -> None:
     """An invalid spec never touches a StorageClass: say why on the profile and in an Event."""
-    memo.conditions.set(name, "Ready", "False", "InvalidSpec", message, generation)
-    patch.status["observedGeneration"] = generation
+    memo.conditions.set(name, "Ready", "False", "InvalidSpec", message, generation,
+                        also={"observedGeneration": generation})
     kopf.warn(body, reason="InvalidSpec", message=message)
 
 
@@ -97,11 +96,11 @@ def reconcile_profile(
     try:
         profile = StorageProfileSpec.model_validate(dict(spec))
     except ValidationError as error:
-        _refuse(name, body, memo, patch, generation, _validation_message(error))
+        _refuse(name, body, memo, generation, _validation_message(error))
         return
     policy = profile.resolve()
     if not policy.valid:
-        _refuse(name, body, memo, patch, generation, "; ".join(str(problem) for problem in policy.errors))
+        _refuse(name, body, memo, generation, "; ".join(str(problem) for problem in policy.errors))
         return
     for warning in policy.warnings:
         kopf.warn(body, reason="OptionWarning", message=str(warning))
@@ -125,7 +124,7 @@ def reconcile_profile(
         message += "; superseded versions kept by volumes: " + ", ".join(
             f"{record['storageClassName']} ({len(record['heldBy'])})" for record in kept
         )
-    patch.status.update({
+    memo.conditions.set(name, "Ready", "True", "Reconciled", message, generation, also={
         "storageClassName": plan.current_name,
         "version": plan.current_version,
         "optionsHash": plan.content_hash,
@@ -133,7 +132,6 @@ def reconcile_profile(
         "history": history,
         "observedGeneration": generation,
     })
-    memo.conditions.set(name, "Ready", "True", "Reconciled", message, generation)
 
 
 @kopf.on.delete(*PROFILE)
