@@ -92,7 +92,8 @@ def load(api, args) -> tuple[list[str], dict[str, list[str]]]:
     volumes: dict[str, list[str]] = {name: [] for name in profiles}
     pv_calls, pvc_calls, pod_calls = [], [], []
     for index in range(args.pvs):
-        owner = profiles[index % len(profiles)] if index >= args.touched else profiles[0]
+        # The first --touched PVs are the changing profile's; the rest are spread over the others.
+        owner = profiles[0] if index < args.touched else profiles[1 + index % (len(profiles) - 1)]
         pv, ns = f"scale-pv-{index:05d}", namespaces[index % NAMESPACES]
         volumes[owner].append(pv)
         pv_calls.append(lambda pv=pv, ns=ns, owner=owner: core.create_persistent_volume({

@@ -51,7 +51,12 @@ if [ ! -x "$out.partial/etcd" ]; then
   mv "$out.partial/server" "$out.partial/etcd"  # go names the binary after the module's last element
 fi
 [ -x "$out.partial/kwok" ] || build kwok "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=v${KWOK_VERSION}" sigs.k8s.io/kwok/cmd/kwok
-[ -x "$out.partial/helm" ] || build helm "-s -w -X helm.sh/helm/v3/internal/version.version=v${HELM_VERSION}" helm.sh/helm/v3/cmd/helm
+# Helm's own release flags: without the Kubernetes version, `helm template` assumes 1.20.
+helm_ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=v${HELM_VERSION}"
+for pkg in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
+  helm_ldflags+=" -X $pkg.k8sVersionMajor=${kmajor} -X $pkg.k8sVersionMinor=${kminor}"
+done
+[ -x "$out.partial/helm" ] || build helm "$helm_ldflags" helm.sh/helm/v3/cmd/helm
 [ -x "$out.partial/kubectl" ] || build kubernetes "$kube_ldflags" \
   k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
   k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl

@@ -1,6 +1,6 @@
 """A real local moto server (EFS, CloudWatch, ...) for tests that talk to AWS through boto3.
 
-The fixtures live in tests/integration/conftest.py; the seeding helpers here write
+The fixtures live in tests/operator_fixtures.py; the seeding helpers here write
 AWS/EFS metric series into moto the way CloudWatch would hold them.
 
 - ``moto_server``: one ThreadedMotoServer per test session on 127.0.0.1 and a

@@ -7,8 +7,12 @@ Modes (``--webhook-mode``):
   pointing at that address; withdraw it on a clean exit. One command then gives
   the whole behaviour against a dev cluster.
 - ``cluster``: serve on 0.0.0.0 with the certificate mounted in
-  ``--webhook-cert-dir`` and register nothing: the Helm chart owns the
-  configuration (and cert-manager the certificate and the caBundle).
+  ``--webhook-cert-dir``; the Helm chart owns the configuration (and its
+  caBundle, or cert-manager does). The per-profile deny webhooks below depend
+  on the profiles, which no chart can know: given ``--enforce-configuration``
+  and ``--webhook-service``, the operator keeps them in a second, otherwise
+  empty configuration that the chart creates (so that uninstalling removes
+  it), through the Service. Only the active replica writes it.
 - ``auto``: ``cluster`` inside a pod, ``local`` elsewhere. ``off``: no webhook.
 
 kopf could manage the configuration (``settings.admission.managed``), but it
@@ -27,6 +31,10 @@ handler; the configuration here needs all three to be otherwise:
   longer wait only delays PVC creation when the operator hangs.
 - a namespaceSelector that leaves out kube-system and the operator's own
   namespace, so that neither waits on mountwarden.
+- with an agent service account (``--agent-service-account``): a failurePolicy
+  Fail webhook on NodeMountReports, which a matchCondition limits to that
+  service account's requests: the agent may write only its own node's report
+  (mountwarden.core.admission.review_report_write); nobody else's writes call it.
 
 kopf's webhook server re-reads its certificate files every ``file_check_interval``
 seconds and restarts on a change (rotation by cert-manager, or by anyone in local
@@ -36,21 +44,26 @@ registrar here.
 
 import asyncio
 import contextlib
+import json
 import logging
 import socket
 import tempfile
 import threading
-from collections.abc import AsyncIterator, Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 import kopf
 import kubernetes
+import urllib3
 from kubernetes.client import ApiClient, ApiException
 
 from mountwarden.adapters import certs
 from mountwarden.api.base import GROUP, VERSION
+from mountwarden.api.nodemountreport import PLURAL as REPORTS
 from mountwarden.api.storageprofile import PLURAL
-from mountwarden.core.admission import ProfileEntry
+from mountwarden.core.admission import ProfileEntry, replica_active
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +71,7 @@ CONFIGURATION_NAME = "mountwarden.io"
 #: Handler ids of the validating handlers: kopf serves each at /<id>.
 PVC_WEBHOOK = "pvc"
 PROFILE_WEBHOOK = "storageprofile"
+REPORT_WEBHOOK = "nodemountreport"
 TIMEOUT_SECONDS = 3
 ALWAYS_EXCLUDED_NAMESPACES = ("kube-system",)
 LOCAL_HOST = "127.0.0.1"
@@ -74,6 +88,13 @@ _PROFILE_RULE = {
     "operations": ["CREATE", "UPDATE"], "scope": "Cluster",
 }
 
+_REPORT_RULE = {
+    "apiGroups": [GROUP], "apiVersions": [VERSION], "resources": [REPORTS],
+    "operations": ["CREATE", "UPDATE"], "scope": "Cluster",
+}
+#: The port of the webhook Service the chart makes (the API server's default for a service reference).
+SERVICE_PORT = 443
+
 
 def excluded_namespaces(own_namespace: str | None) -> list[str]:
     return [*ALWAYS_EXCLUDED_NAMESPACES, *([own_namespace] if own_namespace else [])]
@@ -88,9 +109,20 @@ def _excluding(selector: Mapping | None, namespaces: Sequence[str]) -> dict:
     return selector
 
 
+def parse_service(reference: str) -> dict:
+    """``namespace/name`` (or ``namespace/name:port``) as a webhook clientConfig's service reference."""
+    namespace, _, rest = reference.partition("/")
+    name, _, port = rest.partition(":")
+    if not namespace or not name or (port and not port.isdigit()):
+        raise ValueError(f"expected the webhook Service as NAMESPACE/NAME[:PORT], got {reference!r}")
+    return {"namespace": namespace, "name": name, "port": int(port) if port else SERVICE_PORT}
+
+
 def _webhook(name: str, client_config: Mapping, handler: str, rule: dict, failure_policy: str) -> dict:
-    url = client_config["url"].rstrip("/")
-    config = {"url": f"{url}/{handler}"}
+    if "service" in client_config:  # in a cluster: the API server finds the operator through its Service
+        config: dict = {"service": {**client_config["service"], "path": f"/{handler}"}}
+    else:
+        config = {"url": f"{client_config['url'].rstrip('/')}/{handler}"}
     if client_config.get("caBundle"):
         config["caBundle"] = client_config["caBundle"]
     return {
@@ -105,16 +137,19 @@ def _webhook(name: str, client_config: Mapping, handler: str, rule: dict, failur
     }
 
 
-def render_configuration(
-    client_config: Mapping, *, excluded: Sequence[str], enforcing: Sequence[ProfileEntry] = ()
-) -> dict:
-    """The ValidatingWebhookConfiguration for the server at ``client_config`` (kopf's url and caBundle)."""
-    pvc = _webhook(f"{PVC_WEBHOOK}.{CONFIGURATION_NAME}", client_config, PVC_WEBHOOK, _PVC_RULE, "Ignore")
-    pvc["namespaceSelector"] = _excluding(None, excluded)
-    webhooks = [
-        pvc,
-        _webhook(f"{PROFILE_WEBHOOK}.{CONFIGURATION_NAME}", client_config, PROFILE_WEBHOOK, _PROFILE_RULE, "Ignore"),
+def report_webhook(client_config: Mapping, agent_username: str) -> dict:
+    """failurePolicy Fail: a security check. The matchCondition keeps everyone but the agent from calling it."""
+    report = _webhook(f"{REPORT_WEBHOOK}.{CONFIGURATION_NAME}", client_config, REPORT_WEBHOOK, _REPORT_RULE, "Fail")
+    report["matchConditions"] = [
+        {"name": "node-agent", "expression": f"request.userInfo.username == {json.dumps(agent_username)}"},
     ]
+    return report
+
+
+def enforce_webhooks(client_config: Mapping, *, excluded: Sequence[str],
+                     enforcing: Sequence[ProfileEntry]) -> list[dict]:
+    """One failurePolicy Fail webhook per deny profile, scoped by that profile's own selectors."""
+    webhooks = []
     for profile in enforcing:
         # The same handler answers; the API server drops the warnings it then gets twice.
         enforce = _webhook(f"{profile.name}.enforce.{CONFIGURATION_NAME}", client_config, PVC_WEBHOOK, _PVC_RULE,
@@ -123,12 +158,45 @@ def render_configuration(
         if profile.pvc_selector is not None:
             enforce["objectSelector"] = dict(profile.pvc_selector)
         webhooks.append(enforce)
+    return webhooks
+
+
+def _configuration(name: str, webhooks: list[dict], labels: Mapping[str, str] | None = None) -> dict:
+    metadata: dict = {"name": name}
+    if labels:
+        metadata["labels"] = dict(labels)
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": CONFIGURATION_NAME, "labels": {"app.kubernetes.io/managed-by": "mountwarden"}},
+        "metadata": metadata,
         "webhooks": webhooks,
     }
+
+
+def render_configuration(
+    client_config: Mapping, *, excluded: Sequence[str], enforcing: Sequence[ProfileEntry] = (),
+    agent_username: str | None = None,
+) -> dict:
+    """The ValidatingWebhookConfiguration for the server at ``client_config`` (kopf's url and caBundle)."""
+    pvc = _webhook(f"{PVC_WEBHOOK}.{CONFIGURATION_NAME}", client_config, PVC_WEBHOOK, _PVC_RULE, "Ignore")
+    pvc["namespaceSelector"] = _excluding(None, excluded)
+    webhooks = [
+        pvc,
+        _webhook(f"{PROFILE_WEBHOOK}.{CONFIGURATION_NAME}", client_config, PROFILE_WEBHOOK, _PROFILE_RULE, "Ignore"),
+    ]
+    if agent_username is not None:
+        webhooks.append(report_webhook(client_config, agent_username))
+    webhooks.extend(enforce_webhooks(client_config, excluded=excluded, enforcing=enforcing))
+    return _configuration(CONFIGURATION_NAME, webhooks, {"app.kubernetes.io/managed-by": "mountwarden"})
+
+
+def render_enforcement(client_config: Mapping, *, name: str, excluded: Sequence[str],
+                       enforcing: Sequence[ProfileEntry]) -> dict:
+    """In a cluster: only the deny profiles' webhooks, applied into the configuration ``name`` the chart made.
+
+    No labels: the chart's own stay as Helm set them (server-side apply touches only the fields named here).
+    """
+    return _configuration(name, enforce_webhooks(client_config, excluded=excluded, enforcing=enforcing))
 
 
 class WebhookRegistrar:
@@ -136,15 +204,29 @@ class WebhookRegistrar:
 
     Called from kopf's event loop (a new client config) and from handler threads
     (profiles changed); applies only when the rendered configuration changes.
+
+    Locally it owns the whole configuration. In a cluster (``enforcement_configuration``
+    given) it owns only the deny webhooks, in the configuration of that name, and
+    writes them only once it has seen the profiles and while ``is_active()``: a
+    standby replica knows no profiles and must not empty what the active one wrote.
     """
 
-    def __init__(self, client: ApiClient, excluded: Sequence[str]) -> None:
+    def __init__(self, client: ApiClient, excluded: Sequence[str], *, agent_username: str | None = None,
+                 enforcement_configuration: str | None = None,
+                 is_active: Callable[[], bool] | None = None) -> None:
         self.api = kubernetes.client.AdmissionregistrationV1Api(client)
         self.excluded = list(excluded)
+        self.agent_username = agent_username
+        self.enforcement_configuration = enforcement_configuration
+        self.is_active = is_active or (lambda: True)
         self._lock = threading.Lock()
         self._client_config: Mapping | None = None
-        self._enforcing: list[ProfileEntry] = []
+        self._enforcing: list[ProfileEntry] | None = None if enforcement_configuration else []
         self._applied: dict | None = None
+
+    @property
+    def name(self) -> str:
+        return self.enforcement_configuration or CONFIGURATION_NAME
 
     def serving(self, client_config: Mapping) -> None:
         with self._lock:
@@ -156,19 +238,35 @@ class WebhookRegistrar:
             self._enforcing = list(profiles)
             self._apply()
 
+    def refresh(self) -> None:
+        """Write again whatever is due (this replica just became the active one)."""
+        with self._lock:
+            self._applied = None
+            self._apply()
+
+    def _render(self, enforcing: list[ProfileEntry]) -> dict:
+        assert self._client_config is not None
+        if self.enforcement_configuration:
+            return render_enforcement(self._client_config, name=self.enforcement_configuration,
+                                      excluded=self.excluded, enforcing=enforcing)
+        return render_configuration(self._client_config, excluded=self.excluded, enforcing=enforcing,
+                                    agent_username=self.agent_username)
+
     def _apply(self) -> None:
-        if self._client_config is None:
-            return  # not serving yet: nothing to point the API server at
-        body = render_configuration(self._client_config, excluded=self.excluded, enforcing=self._enforcing)
-        if body == self._applied:
+        if self._client_config is None or self._enforcing is None:
+            return  # not serving yet (nothing to point the API server at), or the profiles are not known yet
+        body = self._render(self._enforcing)
+        if body == self._applied or not self.is_active():
             return
         # Server-side apply: creates or updates in one call, and drops webhooks of profiles gone from deny.
+        # In a cluster the configuration exists (the chart made it) and RBAC allows patching it alone.
         self.api.patch_validating_webhook_configuration(
-            CONFIGURATION_NAME, body, field_manager=FIELD_MANAGER, force=True,
+            self.name, body, field_manager=FIELD_MANAGER, force=True,
             _content_type="application/apply-patch+yaml",
         )
         self._applied = body
-        logger.info(f"registered ValidatingWebhookConfiguration {CONFIGURATION_NAME} at {self._client_config['url']} "
+        where = self._client_config.get("url") or "the webhook Service"
+        logger.info(f"registered ValidatingWebhookConfiguration {self.name} at {where} "
                     f"({len(self._enforcing)} deny profile(s) enforced with failurePolicy Fail)")
 
     def withdraw(self) -> None:
@@ -177,12 +275,12 @@ class WebhookRegistrar:
             if self._applied is None:
                 return
             try:
-                self.api.delete_validating_webhook_configuration(CONFIGURATION_NAME, _request_timeout=10)
+                self.api.delete_validating_webhook_configuration(self.name, _request_timeout=10)
             except ApiException as error:
                 if error.status != 404:
                     raise
             self._applied = None
-            logger.info(f"withdrew ValidatingWebhookConfiguration {CONFIGURATION_NAME}")
+            logger.info(f"withdrew ValidatingWebhookConfiguration {self.name}")
 
 
 class RegisteringWebhookServer(kopf.WebhookServer):
@@ -234,7 +332,107 @@ def local_server(registrar: WebhookRegistrar, *, host: str, port: int | None, ce
     )
 
 
-def cluster_server(*, port: int | None, cert_dir: str | None) -> kopf.WebhookServer:
+class EnforcingWebhookServer(kopf.WebhookServer):
+    """In a cluster: kopf's server, handing the deny webhooks' registrar the Service and the current caBundle.
+
+    Nothing is withdrawn on exit: another replica takes over, and Helm deletes the configuration on uninstall.
+    """
+
+    def __init__(self, *, registrar: WebhookRegistrar, service: Mapping, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.registrar = registrar
+        self.service = dict(service)
+
+    async def __call__(self, fn) -> AsyncIterator[dict]:
+        async for client_config in super().__call__(fn):
+            config = {"service": self.service}
+            if client_config.get("caBundle"):
+                config["caBundle"] = client_config["caBundle"]
+            try:
+                await asyncio.to_thread(self.registrar.serving, config)
+            except ApiException:  # the webhooks are written again at the next profile change
+                logger.exception(f"could not write the deny webhooks into {self.registrar.name}")
+            yield client_config
+
+
+def cluster_server(*, port: int | None, cert_dir: str | None, registrar: WebhookRegistrar | None = None,
+                   service: Mapping | None = None) -> kopf.WebhookServer:
     paths = certs.require(Path(cert_dir or DEFAULT_CLUSTER_CERT_DIR))
-    return kopf.WebhookServer(addr="0.0.0.0", port=port or CLUSTER_PORT, certfile=paths.cert, pkeyfile=paths.key,
-                              cafile=paths.ca)
+    options = dict(addr="0.0.0.0", port=port or CLUSTER_PORT, certfile=paths.cert, pkeyfile=paths.key,
+                   cafile=paths.ca)
+    if registrar is not None and service is not None:
+        return EnforcingWebhookServer(registrar=registrar, service=service, **options)
+    return kopf.WebhookServer(**options)
+
+
+#: kopf's cluster-wide peering objects.
+PEERING = ("kopf.dev", "v1", "clusterkopfpeerings")
+
+
+class ActiveReplica:
+    """Whether kopf lets this replica work, judged from the peering object as kopf judges it.
+
+    Read on demand (the active-label loop, a change of deny profiles), at most
+    every ``max_age`` seconds. Without the peering object kopf stays paused: not active.
+    When the API cannot be read, the last answer stands.
+    """
+
+    def __init__(self, client: ApiClient, *, peering_name: str, priority: int, identity: str | None,
+                 max_age: float = 2.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.api = kubernetes.client.CustomObjectsApi(client)
+        self.peering_name = peering_name
+        self.priority = priority
+        self.identity = identity
+        self.max_age = max_age
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._checked_at: float | None = None
+        self._active = False
+
+    def __call__(self) -> bool:
+        with self._lock:
+            now = self.clock()
+            if self._checked_at is None or now - self._checked_at >= self.max_age:
+                self._active = self._read(self._active)
+                self._checked_at = now
+            return self._active
+
+    def _read(self, last: bool) -> bool:
+        try:
+            peering = self.api.get_cluster_custom_object(*PEERING, self.peering_name, _request_timeout=5)
+        except ApiException as error:
+            if error.status == 404:
+                return False
+            logger.warning(f"cannot read ClusterKopfPeering {self.peering_name} ({error.status} {error.reason}): "
+                           f"keeping the last answer ({'active' if last else 'standby'})")
+            return last
+        except (OSError, urllib3.exceptions.HTTPError) as error:  # no connection, a timeout
+            logger.warning(f"cannot read ClusterKopfPeering {self.peering_name} ({error}): keeping the last answer")
+            return last
+        return replica_active(peering.get("status") or {}, priority=self.priority, identity=self.identity,
+                              now=datetime.now(UTC))
+
+
+class ActivePodLabel:
+    """Puts a label on this replica's own pod while it can answer admission, and takes it off otherwise.
+
+    The webhook Service selects that label: a paused kopf peer watches nothing, so its
+    indexes are empty or stale, and the API server must not ask it. (A readiness probe
+    cannot say this: a standby that is never ready stalls every rolling update.)
+    """
+
+    def __init__(self, client: ApiClient, *, namespace: str, pod: str, key: str) -> None:
+        self.api = kubernetes.client.CoreV1Api(client)
+        self.namespace, self.pod, self.key = namespace, pod, key
+        self._written: bool | None = None
+
+    def set(self, active: bool) -> bool:
+        """Write the label if it differs from what was last written (always, the first time); True if written."""
+        if active == self._written:
+            return False
+        body = {"metadata": {"labels": {self.key: "true" if active else None}}}
+        self.api.patch_namespaced_pod(self.pod, self.namespace, body, _request_timeout=10)
+        self._written = active
+        logger.info(f"pod {self.namespace}/{self.pod}: {self.key} {'set' if active else 'removed'}: "
+                    f"{'the webhook Service routes here' if active else 'not the active replica'}")
+        return True

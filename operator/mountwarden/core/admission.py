@@ -31,6 +31,7 @@ Decisions made here, and why:
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 from mountwarden.core.credits.bucket import ThroughputMode
 from mountwarden.core.policy import SpecProblem
@@ -402,3 +403,101 @@ def consumers_overlap(a: ProfileEntry, b: ProfileEntry) -> bool:
 def enforcing_profiles(profiles: Iterable[ProfileEntry]) -> list[ProfileEntry]:
     """Profiles whose consumers the API server must not let through unchecked (failurePolicy Fail), by name."""
     return sorted((p for p in profiles if p.denies and p.declares_consumers), key=lambda p: p.name)
+
+
+# -- NodeMountReports -------------------------------------------------------------------------------
+# RBAC cannot say "only your own node's report": the agent's role grants create and update on every
+# NodeMountReport. The API server knows which node a pod's token belongs to, and tells validating
+# webhooks in the request's userInfo.extra (ServiceAccountTokenPodNodeInfo: beta and on by default
+# since Kubernetes 1.30, GA in 1.32), so the webhook completes RBAC there.
+
+#: The userInfo.extra key holding the node that a pod-bound service account token's pod runs on.
+NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
+SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
+
+
+def service_account_username(reference: str) -> str:
+    """``namespace:name`` as the username the API server gives that service account's tokens."""
+    namespace, separator, name = reference.partition(":")
+    if not separator or not namespace or not name or ":" in name:
+        raise ValueError(f"expected a service account as NAMESPACE:NAME, got {reference!r}")
+    return f"{SERVICE_ACCOUNT_PREFIX}{namespace}:{name}"
+
+
+@dataclass(frozen=True, slots=True)
+class ReportWrite:
+    """A NodeMountReport being created or updated, and who asks."""
+
+    name: str
+    #: spec.nodeName; None when the object has none.
+    node_name: str | None
+    username: str
+    #: userInfo.extra as the API server sends it: each key maps to a list of values.
+    extra: Mapping[str, Sequence[str]]
+
+    @staticmethod
+    def from_request(obj: Mapping, userinfo: Mapping) -> "ReportWrite":
+        metadata = obj.get("metadata") or {}
+        return ReportWrite(
+            name=metadata.get("name") or "",
+            node_name=(obj.get("spec") or {}).get("nodeName"),
+            username=userinfo.get("username") or "",
+            extra=userinfo.get("extra") or {},
+        )
+
+
+def review_report_write(write: ReportWrite, agent_username: str | None) -> Review:
+    """The agent may write only the report of the node its token is bound to; anyone else is not judged here."""
+    if agent_username is None or write.username != agent_username:
+        return Review()  # administrators and the operator: RBAC decides
+    agent = f"the node agent ({agent_username})"
+    nodes = [node for node in write.extra.get(NODE_NAME_EXTRA) or () if node]
+    if len(nodes) != 1:
+        return Review((Finding(
+            f"{agent} may write only the NodeMountReport of its own node, but its token names "
+            f"{'no node' if not nodes else 'several nodes'} ({NODE_NAME_EXTRA}): run the agent in a pod with its "
+            "projected service account token, on Kubernetes 1.30 or later", deny=True),))
+    (node,) = nodes
+    if write.name != node:
+        return Review((Finding(
+            f"{agent} runs on node {node} and may write only NodeMountReport {node}, not {write.name or '(unnamed)'}",
+            deny=True),))
+    if write.node_name is not None and write.node_name != node:
+        return Review((Finding(
+            f"{agent} runs on node {node}: NodeMountReport {node} must describe it, but its spec.nodeName is "
+            f"{write.node_name}", deny=True),))
+    return Review()
+
+
+# -- replicas ------------------------------------------------------------------------------------------
+# Replicas share one kopf peering object; kopf pauses every replica but the one of the highest priority
+# (all of them when the highest is shared). A paused replica stops watching, so its indexes are empty or
+# stale: only the active one may answer admission requests.
+
+
+def _lastseen(text: str | None, now: datetime) -> datetime:
+    if not text:
+        return now  # as kopf reads a peer without lastseen: seen now
+    seen = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return seen if seen.tzinfo else seen.replace(tzinfo=UTC)
+
+
+def replica_active(peers: Mapping[str, Mapping | None], *, priority: int, identity: str | None,
+                   now: datetime) -> bool:
+    """Whether kopf, reading the peering object's ``status`` (``{identity: {priority, lifetime, lastseen}}``),
+    lets the replica of ``priority`` (and ``identity``, when known) work: no other live peer has a priority as
+    high. Without an identity, one peer of the same priority is taken to be this replica."""
+    alive = []
+    for peer_id, peer in peers.items():
+        if not isinstance(peer, Mapping):
+            continue  # removed: kopf writes null for a peer that left
+        deadline = _lastseen(peer.get("lastseen"), now) + timedelta(seconds=int(peer.get("lifetime", 60)))
+        if deadline > now:
+            alive.append((peer_id, int(peer.get("priority", 0))))
+    if identity is not None:
+        others = [p for peer_id, p in alive if peer_id != identity]
+    else:
+        others = [p for _, p in alive]
+        if priority in others:
+            others.remove(priority)
+    return all(p < priority for p in others)

@@ -1,4 +1,5 @@
-"""Admission webhooks: warnings, and denials where a profile says deny, on PVC creation and StorageProfile changes.
+"""Admission webhooks: warnings, and denials where a profile says deny, on PVC creation and StorageProfile changes;
+and the node agent's writes of NodeMountReports, each limited to its own node's report.
 
 Thin: kopf indexes keep what admission needs in memory, the validating handlers
 read them and let mountwarden.core.admission decide. No Kubernetes API call on
@@ -8,11 +9,18 @@ The webhook must never stand in anyone's way because mountwarden itself is
 broken: a failure inside a handler is logged and the request allowed, and
 until the indexes are filled from the initial listings every request is
 allowed silently (a half-filled index would report classes as ungoverned).
+
+With several replicas (kopf peering), only the active one has live indexes: a
+paused replica watches nothing. With an active label, each replica labels its own
+pod while it is the active one and its indexes are filled, and unlabels it
+otherwise; the webhook Service selects the label, so it routes to that one alone.
 """
 
+import logging
 import os
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import kopf
 from pydantic import ValidationError
@@ -20,12 +28,17 @@ from pydantic import ValidationError
 from mountwarden.adapters.webhookconfig import (
     PROFILE_WEBHOOK,
     PVC_WEBHOOK,
+    REPORT_WEBHOOK,
+    ActivePodLabel,
+    ActiveReplica,
     WebhookRegistrar,
     cluster_server,
     excluded_namespaces,
     local_server,
+    parse_service,
 )
 from mountwarden.api.base import GROUP, VERSION
+from mountwarden.api.nodemountreport import PLURAL as REPORTS
 from mountwarden.api.storageprofile import PLURAL, StorageProfileSpec, desired_class
 from mountwarden.core.admission import (
     Claim,
@@ -33,16 +46,20 @@ from mountwarden.core.admission import (
     ClusterView,
     ProfileChange,
     ProfileEntry,
+    ReportWrite,
     Review,
     enforcing_profiles,
     review_claim,
     review_profile,
+    review_report_write,
+    service_account_username,
 )
 from mountwarden.core.policy import SpecProblem
 from mountwarden.core.storageclass import PROFILE_LABEL
 from mountwarden.handlers.config import OperatorConfig, WebhookMode
 
 PROFILE = (GROUP, VERSION, PLURAL)
+NODE_REPORTS = (GROUP, VERSION, REPORTS)
 STORAGE_CLASSES = ("storage.k8s.io", "v1", "storageclasses")
 #: The one key of the default_classes index.
 DEFAULT = "default"
@@ -56,20 +73,114 @@ def resolve_mode(mode: WebhookMode, *, kubeconfig: str | None, environ: Mapping[
     return WebhookMode.CLUSTER if in_cluster else WebhookMode.LOCAL
 
 
+#: Set by `mountwarden operator` from its flags of the same names; read at startup.
+AGENT_SERVICE_ACCOUNT_ENV = "MOUNTWARDEN_AGENT_SERVICE_ACCOUNT"
+WEBHOOK_SERVICE_ENV = "MOUNTWARDEN_WEBHOOK_SERVICE"
+ENFORCE_CONFIGURATION_ENV = "MOUNTWARDEN_ENFORCE_CONFIGURATION"
+ACTIVE_LABEL_ENV = "MOUNTWARDEN_ACTIVE_LABEL"
+#: Seconds between checks of whether this replica is the active one (each reads the peering object).
+ACTIVE_CHECK_SECONDS = 3.0
+
+
+@dataclass(frozen=True)
+class AdmissionSettings:
+    """The admission settings beyond OperatorConfig, as `mountwarden operator` passes them (the environment)."""
+
+    #: system:serviceaccount:NS:NAME of the node agent, whose report writes are checked; None checks none.
+    agent_username: str | None = None
+    #: cluster mode: the Service reference through which the API server reaches the webhook.
+    webhook_service: Mapping | None = None
+    #: cluster mode: the (chart-made) configuration that receives the deny profiles' webhooks.
+    enforce_configuration: str | None = None
+    #: A label key this replica puts on its own pod ($POD_NAMESPACE/$POD_NAME) while it answers admission.
+    active_label: str | None = None
+
+    @staticmethod
+    def from_environ(environ: Mapping[str, str] = os.environ) -> "AdmissionSettings":
+        """Read the settings; a malformed value raises ValueError naming it."""
+        agent = environ.get(AGENT_SERVICE_ACCOUNT_ENV) or None
+        service = environ.get(WEBHOOK_SERVICE_ENV) or None
+        return AdmissionSettings(
+            agent_username=service_account_username(agent) if agent else None,
+            webhook_service=parse_service(service) if service else None,
+            enforce_configuration=environ.get(ENFORCE_CONFIGURATION_ENV) or None,
+            active_label=environ.get(ACTIVE_LABEL_ENV) or None,
+        )
+
+
+def can_answer(memo: kopf.Memo) -> bool:
+    """Whether this replica may receive admission requests: the active peer, with its indexes filled."""
+    return memo.admission_ready.is_set() and memo.replica_active()
+
+
+def keep_active_label(memo: kopf.Memo, label: ActivePodLabel, stop: threading.Event, logger: logging.Logger,
+                      interval: float = ACTIVE_CHECK_SECONDS) -> None:
+    """Until ``stop``: label the pod while this replica can answer; on becoming active, rewrite the deny webhooks."""
+    while True:
+        try:
+            active = can_answer(memo)
+            if label.set(active) and active and memo.webhook_registrar is not None:
+                memo.webhook_registrar.refresh()
+        except Exception:  # the API is unreachable for a moment: try again at the next tick
+            logger.exception("could not update the active label of this replica's pod")
+        if stop.wait(interval):
+            break
+    try:
+        label.set(False)  # leaving: the Service stops routing here before the process is gone
+    except Exception:
+        logger.exception("could not remove the active label of this replica's pod")
+
+
 @kopf.on.startup()
-def serve_admission(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
+def serve_admission(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger, **_) -> None:
     """Give kopf its webhook server: one that registers itself (local), or one the chart points at (cluster)."""
     config: OperatorConfig = memo.config
+    admission = AdmissionSettings.from_environ()
+    memo.admission_settings = admission
     memo.admission_ready = threading.Event()
     memo.webhook_registrar = None
+    memo.active_label_stop = None
+    memo.replica_active = lambda: True
+    if not settings.peering.standalone:
+        memo.replica_active = ActiveReplica(memo.kube_client, peering_name=settings.peering.name,
+                                            priority=settings.peering.priority, identity=os.environ.get("POD_ID"))
     if resolve_mode(config.webhook_mode, kubeconfig=config.kubeconfig) == WebhookMode.LOCAL:
-        memo.webhook_registrar = WebhookRegistrar(memo.kube_client, excluded_namespaces(config.namespace))
+        memo.webhook_registrar = WebhookRegistrar(memo.kube_client, excluded_namespaces(config.namespace),
+                                                  agent_username=admission.agent_username)
         settings.admission.server = local_server(
             memo.webhook_registrar, host=config.webhook_host, port=config.webhook_port,
             cert_dir=config.webhook_cert_dir,
         )
+    elif admission.enforce_configuration and admission.webhook_service:
+        memo.webhook_registrar = WebhookRegistrar(
+            memo.kube_client, excluded_namespaces(config.namespace),
+            enforcement_configuration=admission.enforce_configuration, is_active=memo.replica_active,
+        )
+        settings.admission.server = cluster_server(port=config.webhook_port, cert_dir=config.webhook_cert_dir,
+                                                   registrar=memo.webhook_registrar,
+                                                   service=admission.webhook_service)
     else:
+        logger.info("no --enforce-configuration and --webhook-service: deny profiles are enforced only while "
+                    "the operator answers (the chart's webhooks are failurePolicy Ignore)")
         settings.admission.server = cluster_server(port=config.webhook_port, cert_dir=config.webhook_cert_dir)
+    if admission.active_label:
+        pod, namespace = os.environ.get("POD_NAME"), config.namespace
+        if not pod or not namespace:
+            raise kopf.PermanentError("an active label needs the pod's own name and namespace: set POD_NAME and "
+                                      "POD_NAMESPACE from the downward API")
+        label = ActivePodLabel(memo.kube_client, namespace=namespace, pod=pod, key=admission.active_label)
+        memo.active_label_stop = threading.Event()
+        memo.active_label_thread = threading.Thread(
+            target=keep_active_label, args=(memo, label, memo.active_label_stop, logger), name="active-label",
+            daemon=True)
+        memo.active_label_thread.start()
+
+
+@kopf.on.cleanup()
+def stop_active_label(memo: kopf.Memo, **_) -> None:
+    if getattr(memo, "active_label_stop", None) is not None:
+        memo.active_label_stop.set()
+        memo.active_label_thread.join(timeout=15)
 
 
 # -- indexes ------------------------------------------------------------------------------------------
@@ -133,7 +244,7 @@ def indexes_filled(memo: kopf.Memo, **_) -> None:
 
 @kopf.on.event(*PROFILE)
 def enforce_deny_profiles(memo: kopf.Memo, profiles_by_name: kopf.Index, **_) -> None:
-    """Locally registered webhooks: keep one failurePolicy Fail webhook per deny profile."""
+    """Keep one failurePolicy Fail webhook per deny profile (locally, or in the chart's enforce configuration)."""
     if memo.webhook_registrar is not None:
         memo.webhook_registrar.enforce(enforcing_profiles(e for entries in profiles_by_name.values() for e in entries))
 
@@ -223,4 +334,15 @@ async def validate_profile(name: str, body: kopf.Body, old: kopf.Body | None, op
     view = _view(memo, profiles_by_name, classes_by_name, classes_by_profile, default_classes, namespace_labels,
                  volumes_by_class)
     _answer(_review(memo, logger, lambda: review_profile(profile_change(name, body, updating=updating), view)),
+            warnings)
+
+
+@kopf.on.validate(*NODE_REPORTS, operations=["CREATE", "UPDATE"], id=REPORT_WEBHOOK)
+async def validate_report(body: kopf.Body, userinfo: Mapping, warnings: list[str], memo: kopf.Memo, **_) -> None:
+    """The agent writes only its own node's report. No index is read: this answer is whole from the start.
+
+    Unlike the advice above, a failure here refuses (kopf answers 500 for an unexpected error): the
+    webhook is a security check, and the API server refuses too when it cannot reach it.
+    """
+    _answer(review_report_write(ReportWrite.from_request(body, userinfo), memo.admission_settings.agent_username),
             warnings)

@@ -1,4 +1,4 @@
-"""Fixtures for tests that run the operator against the local control plane."""
+"""Fixtures for tests that run the operator against the local control plane, and the moto server."""
 
 import uuid
 from collections.abc import Iterator

@@ -1,0 +1,52 @@
+{{/* Names: <release>-mountwarden, or the release name when it already says mountwarden. Short enough for
+every suffix below to stay within 63 characters. */}}
+{{- define "mountwarden.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 45 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 45 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "mountwarden.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: mountwarden
+{{- end -}}
+
+{{/* Selector labels of one component: (dict "root" $ "component" "operator"). */}}
+{{- define "mountwarden.selectorLabels" -}}
+app.kubernetes.io/name: {{ .root.Chart.Name }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "mountwarden.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{- define "mountwarden.operatorServiceAccount" -}}{{ include "mountwarden.fullname" . }}-operator{{- end -}}
+{{- define "mountwarden.agentServiceAccount" -}}{{ include "mountwarden.fullname" . }}-agent{{- end -}}
+{{- define "mountwarden.webhookService" -}}{{ include "mountwarden.fullname" . }}-webhook{{- end -}}
+{{- define "mountwarden.webhookSecret" -}}{{ include "mountwarden.fullname" . }}-webhook-tls{{- end -}}
+{{- define "mountwarden.enforceConfiguration" -}}{{ include "mountwarden.fullname" . }}-enforce{{- end -}}
+{{/* The username the API server gives the agent's tokens: the NodeMountReport webhook checks its writes. */}}
+{{- define "mountwarden.agentUsername" -}}
+system:serviceaccount:{{ .Release.Namespace }}:{{ include "mountwarden.agentServiceAccount" . }}
+{{- end -}}
+
+{{/* The label the active operator replica puts on its own pod; the webhook Service selects it. */}}
+{{- define "mountwarden.activeLabel" -}}mountwarden.io/active{{- end -}}
+
+{{/* Where the webhook's TLS Secret (tls.crt, tls.key, ca.crt) is mounted: the operator's default in a cluster. */}}
+{{- define "mountwarden.webhookCertDir" -}}/etc/mountwarden/webhook-certs{{- end -}}
+
+{{- define "mountwarden.imagePullSecrets" -}}
+{{- with .Values.image.pullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}

@@ -1,0 +1,378 @@
+"""The chart a user installs, end to end: lint, install, RBAC, the webhooks' scoping, the operator's replicas,
+upgrade and uninstall, against a real kube-apiserver.
+
+The tests run in file order on one release: each step starts from where the one before left the cluster.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from e2e.helpers import (
+    CHART,
+    RELEASE,
+    RELEASE_NAMESPACE,
+    OperatorRun,
+    kubectl_json,
+    pod_token,
+    pods,
+    secret_files,
+    token_kubeconfig,
+    whoami,
+)
+from tests.procroot import Mount, assemble_proc_root, pod_uid
+from tests.support import free_port, wait_for
+
+from mountwarden.cli.operator import derived_priority
+from mountwarden.core.admission import NODE_NAME_EXTRA
+
+NS = RELEASE_NAMESPACE
+OPERATOR_ACCOUNT = f"system:serviceaccount:{NS}:{RELEASE}-operator"
+AGENT_ACCOUNT = f"system:serviceaccount:{NS}:{RELEASE}-agent"
+ACTIVE = "mountwarden.io/active"
+CRDS = ("storageprofiles.mountwarden.io", "nodemountreports.mountwarden.io", "clusterkopfpeerings.kopf.dev")
+
+
+@pytest.fixture(scope="module")
+def release(cluster) -> subprocess.CompletedProcess:
+    """`helm install`, as a user runs it: the chart's CRDs, then every object, waiting for the pods."""
+    if cluster.helm("status", RELEASE, "-n", NS, check=False).returncode == 0:  # left by an interrupted run
+        cluster.helm("uninstall", RELEASE, "-n", NS, "--wait")
+    installed = cluster.helm("install", RELEASE, str(CHART), "-n", NS, "--create-namespace", "--wait",
+                             "--timeout", "180s")
+    yield installed
+    if cluster.helm("status", RELEASE, "-n", NS, check=False).returncode == 0:
+        cluster.helm("uninstall", RELEASE, "-n", NS, "--wait", check=False)
+    cluster.kubectl("delete", "namespace", NS, "--ignore-not-found", "--wait=false", check=False)
+
+
+def manifest(cluster) -> list[dict]:
+    return [doc for doc in yaml.safe_load_all(cluster.helm("get", "manifest", RELEASE, "-n", NS).stdout) if doc]
+
+
+def exists(cluster, doc: dict) -> bool:
+    namespace = ["-n", doc["metadata"]["namespace"]] if doc["metadata"].get("namespace") else []
+    kind = f"{doc['kind'].lower()}.{doc['apiVersion'].split('/')[0]}" if "/" in doc["apiVersion"] else doc["kind"]
+    result = cluster.kubectl("get", kind, doc["metadata"]["name"], *namespace, "-o", "name", check=False)
+    assert result.returncode == 0 or "NotFound" in result.stderr, result.stderr
+    return result.returncode == 0
+
+
+def test_the_chart_lints(cluster):
+    result = cluster.helm("lint", "--strict", str(CHART))
+    assert "0 chart(s) failed" in result.stdout
+
+
+def test_every_object_is_created_and_valid_to_the_api_server(cluster, release):
+    docs = manifest(cluster)
+    assert len(docs) >= 18
+    # Strict server-side validation of every manifest: an unknown or duplicated field is an error, not a warning.
+    cluster.kubectl("apply", "--server-side", "--dry-run=server", "--validate=strict", "--force-conflicts",
+                    "--field-manager=e2e-validation", "-f", "-", input=yaml.safe_dump_all(docs))
+    missing = [f"{d['kind']}/{d['metadata']['name']}" for d in docs if not exists(cluster, d)]
+    assert not missing
+    for crd in CRDS:
+        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd}")
+    # NOTES.txt tells what to do next.
+    assert "kubectl get sprof,sc" in release.stdout and f"{RELEASE}-operator-metrics.{NS}.svc:9800" in release.stdout
+
+
+def test_two_operator_replicas_and_an_agent_on_every_node_run(cluster, release):
+    deployment = kubectl_json(cluster, "get", "deployment", f"{RELEASE}-operator", "-n", NS)
+    assert deployment["status"]["readyReplicas"] == 2
+    daemonset = kubectl_json(cluster, "get", "daemonset", f"{RELEASE}-agent", "-n", NS)
+    assert daemonset["status"]["numberReady"] == daemonset["status"]["desiredNumberScheduled"] == len(cluster.node_names)
+    agents = pods(cluster, "agent")
+    assert sorted(pod["spec"]["nodeName"] for pod in agents) == sorted(cluster.node_names)
+    assert all(pod["status"]["phase"] == "Running" for pod in [*agents, *pods(cluster, "operator")])
+
+
+def can_i(cluster, account: str, *request: str) -> bool:
+    result = cluster.kubectl("auth", "can-i", *request, f"--as={account}", check=False)
+    assert result.stdout.strip() in ("yes", "no"), result.stderr
+    return result.stdout.strip() == "yes"
+
+
+OPERATOR_MAY = [
+    ("watch", "storageprofiles.mountwarden.io"),
+    ("patch", "storageprofiles.mountwarden.io"),
+    ("patch", "storageprofiles.mountwarden.io", "--subresource=status"),
+    ("watch", "nodemountreports.mountwarden.io"),
+    ("create", "storageclasses.storage.k8s.io"),
+    ("delete", "storageclasses.storage.k8s.io"),
+    ("patch", "persistentvolumes"),
+    ("watch", "persistentvolumeclaims", "--all-namespaces"),
+    ("watch", "pods", "--all-namespaces"),
+    ("delete", "pods", "-n", "default"),
+    ("patch", "pods", "-n", NS),
+    ("create", "events", "-n", "default"),
+    ("patch", "deployments.apps", "-n", "default"),
+    ("patch", "statefulsets.apps", "-n", "default"),
+    ("list", "replicasets.apps", "--all-namespaces"),
+    ("list", "jobs.batch", "--all-namespaces"),
+    ("list", "horizontalpodautoscalers.autoscaling", "--all-namespaces"),
+    ("watch", "clusterkopfpeerings.kopf.dev"),
+    ("patch", f"clusterkopfpeerings.kopf.dev/{RELEASE}"),
+    ("watch", "customresourcedefinitions.apiextensions.k8s.io"),
+    ("patch", f"validatingwebhookconfigurations.admissionregistration.k8s.io/{RELEASE}-enforce"),
+]
+OPERATOR_MAY_NOT = [
+    ("get", "secrets", "-n", NS),
+    ("list", "secrets", "--all-namespaces"),
+    ("create", "pods", "--subresource=exec", "-n", "default"),
+    ("create", "pods", "--subresource=exec", "-n", NS),
+    ("patch", "pods", "-n", "default"),
+    ("create", "pods", "-n", "default"),
+    ("update", "deployments.apps", "-n", "default"),
+    ("create", "nodemountreports.mountwarden.io"),
+    ("delete", "storageprofiles.mountwarden.io"),
+    ("get", "nodes"),
+    ("create", "validatingwebhookconfigurations.admissionregistration.k8s.io"),
+    ("patch", f"validatingwebhookconfigurations.admissionregistration.k8s.io/{RELEASE}"),
+    ("delete", f"validatingwebhookconfigurations.admissionregistration.k8s.io/{RELEASE}-enforce"),
+    ("patch", "clusterkopfpeerings.kopf.dev/someone-else"),
+    ("create", "serviceaccounts", "--subresource=token", "-n", NS),
+    ("bind", "clusterroles.rbac.authorization.k8s.io"),
+    ("escalate", "clusterroles.rbac.authorization.k8s.io"),
+]
+AGENT_MAY = [
+    ("get", "nodes/node-a"),
+    ("get", "nodemountreports.mountwarden.io/node-a"),
+    ("create", "nodemountreports.mountwarden.io"),
+    ("update", "nodemountreports.mountwarden.io/node-a"),
+]
+AGENT_MAY_NOT = [
+    ("list", "pods", "--all-namespaces"),
+    ("get", "pods", "-n", NS),
+    ("list", "nodes"),
+    ("list", "nodemountreports.mountwarden.io"),
+    ("patch", "nodemountreports.mountwarden.io/node-a"),
+    ("delete", "nodemountreports.mountwarden.io/node-a"),
+    ("get", "secrets", "-n", NS),
+    ("patch", "nodes/node-a"),
+]
+
+
+def test_the_operator_may_do_what_it_needs_and_nothing_else(cluster, release):
+    assert [r for r in OPERATOR_MAY if not can_i(cluster, OPERATOR_ACCOUNT, *r)] == []
+    assert [r for r in OPERATOR_MAY_NOT if can_i(cluster, OPERATOR_ACCOUNT, *r)] == []
+
+
+def test_the_agent_may_write_reports_and_read_nodes_only(cluster, release):
+    assert [r for r in AGENT_MAY if not can_i(cluster, AGENT_ACCOUNT, *r)] == []
+    assert [r for r in AGENT_MAY_NOT if can_i(cluster, AGENT_ACCOUNT, *r)] == []
+
+
+def report(name: str) -> dict:
+    return {"apiVersion": "mountwarden.io/v1alpha1", "kind": "NodeMountReport", "metadata": {"name": name},
+            "spec": {"nodeName": name, "scanTime": "2026-01-01T00:00:00Z", "agentVersion": "e2e",
+                     "networkFstypes": ["nfs4"]}}
+
+
+def test_with_no_operator_answering_only_the_agents_report_writes_are_refused(cluster, release, namespace):
+    """The webhooks are live in the API server, and no operator serves them here (kwok runs no process)."""
+    endpoints = kubectl_json(cluster, "get", "endpointslices", "-n", NS, "-l",
+                             f"kubernetes.io/service-name={RELEASE}-webhook")["items"]
+    assert not [e for slice_ in endpoints for e in slice_.get("endpoints") or []]  # no replica is active
+    # failurePolicy Ignore: PVCs and profiles go through.
+    claim = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data", "namespace": namespace},
+             "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}
+    cluster.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(claim))
+    # Administrators' writes of reports never call the webhook (its matchCondition names the agent).
+    cluster.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(report("e2e-admin")))
+    # The agent's do, and fail closed.
+    refused = cluster.kubectl("create", "--dry-run=server", "-f", "-", f"--as={AGENT_ACCOUNT}",
+                              input=json.dumps(report(cluster.node_names[0])), check=False)
+    assert refused.returncode != 0
+    assert 'failed calling webhook "nodemountreport.mountwarden.io"' in refused.stderr
+
+
+def run_agent(kubeconfig: Path, proc_root: Path, node: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "mountwarden", "agent", "--once", "--node-name", node, "--proc-root", str(proc_root),
+         "--kubeconfig", str(kubeconfig)], capture_output=True, text=True, timeout=120)
+
+
+def test_an_agent_writes_only_its_own_nodes_report(cluster, release, namespace, operators, tmp_path):
+    """A pod's token names its node; the operator's webhook holds the chart's agent role to that node.
+
+    The chart's own agent account is served through the Service, which this machine's operator is not behind:
+    this test gives an account of its own the chart's agent ClusterRole, and runs the operator with
+    --webhook-mode local and that account.
+    """
+    node, other = cluster.node_names[0], cluster.node_names[1]
+    cluster.kubectl("create", "serviceaccount", "node-agent", "-n", namespace)
+    binding = f"{namespace}-node-agent"
+    cluster.kubectl("create", "clusterrolebinding", binding, f"--clusterrole={RELEASE}-agent",
+                    f"--serviceaccount={namespace}:node-agent")
+    try:
+        cluster.kubectl("create", "-f", "-", input=json.dumps({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "agent", "namespace": namespace},
+            "spec": {"serviceAccountName": "node-agent", "nodeName": node,
+                     "containers": [{"name": "agent", "image": "registry.invalid/mountwarden:e2e"}]}}))
+        pod = wait_for(lambda: (p := kubectl_json(cluster, "get", "pod", "agent", "-n", namespace))["status"].get(
+            "phase") == "Running" and p, what="the agent pod Running")
+        kubeconfig = token_kubeconfig(cluster, tmp_path / "agent.kubeconfig",
+                                      pod_token(cluster, namespace, "node-agent", pod))
+        # What the check rests on: the API server names the pod's node in the token's user info.
+        assert whoami(cluster, kubeconfig)["extra"][NODE_NAME_EXTRA] == [node]
+
+        operators.append(OperatorRun(
+            ["--kubeconfig", str(cluster.kubeconfig), "--webhook-mode", "local", "--metrics-port", "0",
+             "--agent-service-account", f"{namespace}:node-agent"], {}, tmp_path / "operator.log"))
+        as_agent = [f"--kubeconfig={kubeconfig}", "create", "--dry-run=server", "-f", "-"]
+        wait_for(lambda: subprocess.run([str(cluster.kubectl_path), *as_agent], input=json.dumps(report(node)),
+                                        capture_output=True, text=True, timeout=60).returncode == 0,
+                 timeout=120, what="the operator's webhook admitting the agent's own report")
+
+        proc_root = assemble_proc_root(tmp_path / "proc", [Mount("pv-e2e", pod_uid=pod_uid("e2e"))]).path
+        own = run_agent(kubeconfig, proc_root, node)
+        assert own.returncode == 0, own.stderr
+        assert kubectl_json(cluster, "get", "nodemountreport", node)["spec"]["nodeName"] == node
+
+        foreign = run_agent(kubeconfig, proc_root, other)
+        assert foreign.returncode == 1
+        assert f"runs on node {node} and may write only NodeMountReport {node}, not {other}" in foreign.stderr
+        assert cluster.kubectl("get", "nodemountreport", other, check=False).returncode != 0
+        operators[0].assert_running()
+    finally:
+        cluster.kubectl("delete", "nodemountreport", node, "--ignore-not-found")
+        cluster.kubectl("delete", "clusterrolebinding", binding, "--ignore-not-found")
+
+
+def active_pods(cluster) -> list[str]:
+    return sorted(p["metadata"]["name"] for p in pods(cluster, "operator")
+                  if (p["metadata"].get("labels") or {}).get(ACTIVE) == "true")
+
+
+def replica_args(deployment: dict, cert_dir: Path) -> list[str]:
+    """The installed Deployment's arguments, with this machine's ports and the Secret's files."""
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    local = {"--liveness": f"http://127.0.0.1:{free_port()}/healthz", "--metrics-port": "0",
+             "--webhook-port": str(free_port()), "--webhook-cert-dir": str(cert_dir)}
+    args = []
+    for arg in container["args"][1:]:
+        name = arg.split("=", 1)[0]
+        args.append(f"{name}={local[name]}" if name in local else arg)
+    return args
+
+
+def test_one_replica_answers_and_the_standby_takes_over(cluster, release, operators, tmp_path):
+    """The operator as the chart runs it: each kwok pod's name, its service account's token, the Deployment's args."""
+    deployment = kubectl_json(cluster, "get", "deployment", f"{RELEASE}-operator", "-n", NS)
+    ca_bundle = kubectl_json(cluster, "get", "secret", f"{RELEASE}-webhook-tls", "-n", NS)["data"]["ca.crt"]
+    cert_dir = secret_files(cluster, f"{RELEASE}-webhook-tls", tmp_path / "certs")
+    replicas = {pod["metadata"]["name"]: pod for pod in pods(cluster, "operator")}
+    assert len(replicas) == 2
+    runs = {}
+    for name, pod in replicas.items():
+        kubeconfig = token_kubeconfig(cluster, tmp_path / f"{name}.kubeconfig",
+                                      pod_token(cluster, NS, f"{RELEASE}-operator", pod))
+        runs[name] = OperatorRun(["--kubeconfig", str(kubeconfig), *replica_args(deployment, cert_dir)],
+                                 {"POD_NAME": name, "POD_ID": name, "POD_NAMESPACE": NS}, tmp_path / f"{name}.log")
+        operators.append(runs[name])
+
+    # Each replica derives its own priority from its pod name; the highest is active and labels its pod.
+    expected = max(replicas, key=derived_priority)
+    standby = next(name for name in replicas if name != expected)
+    assert wait_for(lambda: active_pods(cluster) == [expected] and active_pods(cluster), timeout=120,
+                    what=f"{expected} alone labelled {ACTIVE}")
+    peers = kubectl_json(cluster, "get", f"clusterkopfpeering.kopf.dev/{RELEASE}")["status"]
+    assert {name: peers[name]["priority"] for name in replicas} == {name: derived_priority(name) for name in replicas}
+    ip = kubectl_json(cluster, "get", "pod", expected, "-n", NS)["status"]["podIP"]
+    wait_for(lambda: [a for s in kubectl_json(cluster, "get", "endpointslices", "-n", NS, "-l",
+                                              f"kubernetes.io/service-name={RELEASE}-webhook")["items"]
+                      for e in s.get("endpoints") or [] for a in e["addresses"]] == [ip],
+             what="the webhook Service routing to the active replica alone")
+
+    # A deny profile: the active replica (as the chart's service account) makes its class and its Fail webhook.
+    profile = {"apiVersion": "mountwarden.io/v1alpha1", "kind": "StorageProfile", "metadata": {"name": "e2e-guarded"},
+               "spec": {"backend": {"provisioner": "nfs.csi.k8s.io",
+                                    "parameters": {"server": "nfs.example.internal", "share": "/exports"}},
+                        "cachePolicy": "coherent", "enforcement": "deny",
+                        "consumers": {"pvcSelector": {"matchLabels": {"app": "e2e-guarded"}}}}}
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(profile))
+    try:
+        wait_for(lambda: cluster.kubectl("get", "storageclass", "e2e-guarded-v1", check=False).returncode == 0,
+                 timeout=120, what="StorageClass e2e-guarded-v1")
+
+        def enforced() -> list[dict]:
+            body = kubectl_json(cluster, "get", "validatingwebhookconfiguration", f"{RELEASE}-enforce")
+            return body.get("webhooks") or []
+
+        (hook,) = wait_for(enforced, what="the deny profile's webhook")
+        assert hook["name"] == "e2e-guarded.enforce.mountwarden.io" and hook["failurePolicy"] == "Fail"
+        assert hook["clientConfig"] == {"service": {"namespace": NS, "name": f"{RELEASE}-webhook", "path": "/pvc",
+                                                    "port": 443}, "caBundle": ca_bundle}
+
+        # The active replica leaves: the standby takes over, and its pod alone carries the label.
+        runs[expected].stop(signal.SIGTERM)
+        wait_for(lambda: active_pods(cluster) == [standby], timeout=120, what=f"{standby} taking over")
+        runs[standby].assert_running()
+    finally:
+        cluster.kubectl("delete", "storageprofile", "e2e-guarded", "--ignore-not-found", "--timeout=120s")
+    wait_for(lambda: enforced() == [], what="the deleted profile's webhook to go")
+    runs[standby].stop(signal.SIGTERM)
+    wait_for(lambda: active_pods(cluster) == [], what="the label to go with the last replica")
+    for run in runs.values():
+        assert "forbidden" not in run.logs().lower(), run.logs()[-4000:]
+
+
+def test_an_upgrade_rolls_the_agents_and_keeps_the_certificate_and_the_deny_webhooks(cluster, release):
+    def state():
+        return {
+            "secret": kubectl_json(cluster, "get", "secret", f"{RELEASE}-webhook-tls", "-n", NS)["data"],
+            "ca": [h["clientConfig"]["caBundle"] for h in kubectl_json(
+                cluster, "get", "validatingwebhookconfiguration", RELEASE)["webhooks"]],
+            "operator": kubectl_json(cluster, "get", "deployment", f"{RELEASE}-operator", "-n", NS)["metadata"][
+                "generation"],
+            "agent": kubectl_json(cluster, "get", "daemonset", f"{RELEASE}-agent", "-n", NS)["metadata"]["generation"],
+        }
+
+    # A deny webhook as the active operator writes it (server-side apply, its field manager): Helm must keep it.
+    enforce = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+               "metadata": {"name": f"{RELEASE}-enforce"},
+               "webhooks": [{"name": "kept.enforce.mountwarden.io", "failurePolicy": "Fail", "sideEffects": "None",
+                             "admissionReviewVersions": ["v1"], "timeoutSeconds": 3,
+                             "objectSelector": {"matchLabels": {"app": "nothing-has-this"}},
+                             "clientConfig": {"service": {"namespace": NS, "name": f"{RELEASE}-webhook",
+                                                          "path": "/pvc", "port": 443}},
+                             "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                                        "resources": ["persistentvolumeclaims"]}]}]}
+    cluster.kubectl("apply", "--server-side", "--field-manager=mountwarden", "--force-conflicts", "-f", "-",
+                    input=json.dumps(enforce))
+    before = state()
+    cluster.helm("upgrade", RELEASE, str(CHART), "-n", NS, "--reuse-values", "--set", "agent.interval=60",
+                 "--wait", "--timeout", "180s")
+    after = state()
+    assert after["secret"] == before["secret"] and after["ca"] == before["ca"]  # the chart's CA is kept
+    assert after["operator"] == before["operator"]  # nothing of the operator changed
+    assert after["agent"] == before["agent"] + 1
+    agents = pods(cluster, "agent")
+    assert len(agents) == len(cluster.node_names)
+    assert all("--interval=60" in p["spec"]["containers"][0]["args"] and p["status"]["phase"] == "Running"
+               for p in agents)
+    hooks = kubectl_json(cluster, "get", "validatingwebhookconfiguration", f"{RELEASE}-enforce").get("webhooks")
+    assert [h["name"] for h in hooks or []] == ["kept.enforce.mountwarden.io"]
+    # The certificate the chart made serves the Service name and is signed by the CA in the caBundle.
+    from cryptography import x509
+
+    ca = x509.load_pem_x509_certificate(base64.b64decode(after["secret"]["ca.crt"]))
+    x509.load_pem_x509_certificate(base64.b64decode(after["secret"]["tls.crt"])).verify_directly_issued_by(ca)
+
+
+def test_uninstall_removes_the_release_and_keeps_the_crds(cluster, release):
+    docs = manifest(cluster)
+    cluster.helm("uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "180s")
+    left = wait_for(lambda: not [d for d in docs if exists(cluster, d)], timeout=120,
+                    what="every object of the release to be deleted")
+    assert left
+    for crd in CRDS:  # as Helm does: CRDs outlive the release, and with them the users' profiles
+        cluster.kubectl("get", "crd", crd)

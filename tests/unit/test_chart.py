@@ -1,0 +1,636 @@
+"""The Helm chart, rendered by the real helm (`helm template`, no cluster): objects, wiring, values, RBAC, dashboard.
+
+The end-to-end suite (e2e/test_helm.py) installs the same chart into a real API server; these tests pin
+what a render must say, and tie the chart to the code it runs: the flags it passes exist and parse, the
+webhooks are the ones the operator serves, the RBAC grants exactly what the code calls, the dashboard
+queries metrics the code exports.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+import typer
+import yaml
+from cryptography import x509
+from cryptography.x509.oid import ExtensionOID
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "mountwarden"
+RELEASE, NAMESPACE = "mountwarden", "storage-system"
+FULLNAME = "mountwarden"
+AGENT_USERNAME = f"system:serviceaccount:{NAMESPACE}:{FULLNAME}-agent"
+#: helm built from source (hack/testbin) defaults to Kubernetes 1.20 without the release ldflags: name the
+#: version the tests run against.
+KUBE_VERSION = next(line.split("=", 1)[1] for line in (ROOT / "hack/testbin/versions.env").read_text().splitlines()
+                    if line.startswith("KUBERNETES_VERSION="))
+
+
+# -- rendering ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def helm(testbin, tmp_path_factory) -> Path:
+    return testbin.helm
+
+
+@pytest.fixture(scope="module")
+def helm_env(tmp_path_factory) -> dict[str, str]:
+    scratch = tmp_path_factory.mktemp("helm")
+    return {"HELM_CONFIG_HOME": str(scratch / "config"), "HELM_CACHE_HOME": str(scratch / "cache"),
+            "HELM_DATA_HOME": str(scratch / "data"), "PATH": "/usr/bin:/bin"}
+
+
+def run_helm(helm: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(helm), *args], capture_output=True, text=True, timeout=120, env=env)
+
+
+def template(helm: Path, env: dict[str, str], *args: str, release: str = RELEASE,
+             namespace: str = NAMESPACE) -> list[dict]:
+    result = run_helm(helm, env, "template", release, str(CHART), "--namespace", namespace,
+                      "--kube-version", KUBE_VERSION, *args)
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+@pytest.fixture(scope="module")
+def render(helm, helm_env):
+    return lambda *args, **kwargs: template(helm, helm_env, *args, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def default(render) -> list[dict]:
+    return render()
+
+
+def find(docs: Iterable[dict], kind: str, name: str | None = None) -> dict:
+    matches = [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+    assert len(matches) == 1, f"{len(matches)} {kind} named {name}: {[d['metadata']['name'] for d in matches]}"
+    return matches[0]
+
+
+def kinds(docs: Iterable[dict]) -> list[tuple[str, str]]:
+    return sorted((d["kind"], d["metadata"]["name"]) for d in docs)
+
+
+def container(workload: dict) -> dict:
+    (only,) = workload["spec"]["template"]["spec"]["containers"]
+    return only
+
+
+def flag(args: list[str], name: str) -> str:
+    values = [arg.split("=", 1)[1] for arg in args if arg.startswith(f"{name}=")]
+    assert len(values) == 1, f"{name} given {len(values)} times in {args}"
+    return values[0]
+
+
+# -- CRDs ---------------------------------------------------------------------------------------------------
+
+
+def test_the_charts_crds_are_the_generated_ones_byte_for_byte():
+    generated = {path.name: path.read_bytes() for path in (ROOT / "crds").glob("*.yaml")}
+    shipped = {path.name: path.read_bytes() for path in (CHART / "crds").glob("*.yaml")}
+    assert generated, "crds/ is empty"
+    stale = [name for name in generated if shipped.get(name) != generated[name]]
+    assert not stale, f"charts/mountwarden/crds/ differs from crds/ in {stale}: run `make chart`"
+    assert set(shipped) - set(generated) == {"kopf.dev_clusterkopfpeerings.yaml"}
+
+
+def test_the_peering_crd_is_the_one_kopf_uses():
+    from kopf._cogs.structs import references
+
+    crd = yaml.safe_load((CHART / "crds" / "kopf.dev_clusterkopfpeerings.yaml").read_text())
+    selector = references.CLUSTER_PEERINGS_K
+    assert crd["metadata"]["name"] == f"{selector.any_name}.{selector.group}"
+    assert (crd["spec"]["group"], crd["spec"]["scope"], crd["spec"]["names"]["kind"]) == (
+        selector.group, "Cluster", "ClusterKopfPeering")
+    (version,) = crd["spec"]["versions"]
+    assert version["name"] == selector.version and version["served"] and version["storage"]
+    # kopf writes {identity: {priority, lifetime, lastseen}} into status: it must not be pruned.
+    status = version["schema"]["openAPIV3Schema"]["properties"]["status"]
+    assert status == {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    assert "subresources" not in version  # kopf patches status on the object itself
+
+
+# -- what a default install makes ---------------------------------------------------------------------------
+
+
+def test_a_default_render_makes_these_objects(default):
+    assert kinds(default) == sorted([
+        ("ClusterKopfPeering", FULLNAME),
+        ("ClusterRole", f"{FULLNAME}-agent"), ("ClusterRole", f"{FULLNAME}-operator"),
+        ("ClusterRoleBinding", f"{FULLNAME}-agent"), ("ClusterRoleBinding", f"{FULLNAME}-operator"),
+        ("DaemonSet", f"{FULLNAME}-agent"),
+        ("Deployment", f"{FULLNAME}-operator"),
+        ("PodDisruptionBudget", f"{FULLNAME}-operator"),
+        ("Role", f"{FULLNAME}-operator"), ("RoleBinding", f"{FULLNAME}-operator"),
+        ("Secret", f"{FULLNAME}-webhook-tls"),
+        ("Service", f"{FULLNAME}-agent-metrics"), ("Service", f"{FULLNAME}-operator-metrics"),
+        ("Service", f"{FULLNAME}-webhook"),
+        ("ServiceAccount", f"{FULLNAME}-agent"), ("ServiceAccount", f"{FULLNAME}-operator"),
+        ("ValidatingWebhookConfiguration", FULLNAME), ("ValidatingWebhookConfiguration", f"{FULLNAME}-enforce"),
+    ])
+    namespaced = [d for d in default if d["kind"] not in (
+        "ClusterKopfPeering", "ClusterRole", "ClusterRoleBinding", "ValidatingWebhookConfiguration")]
+    assert {d["metadata"]["namespace"] for d in namespaced} == {NAMESPACE}
+
+
+def test_names_follow_the_release(render):
+    assert {name for _, name in kinds(render(release="storage"))} >= {"storage-mountwarden-operator",
+                                                                       "storage-mountwarden"}
+    long = render(release="long-" * 10 + "rel")  # Helm's longest: 53 characters
+    assert all(len(d["metadata"]["name"]) <= 63 for d in long)
+
+
+# -- the operator ---------------------------------------------------------------------------------------------
+
+
+def test_the_operator_runs_two_peers_with_everything_wired(default):
+    deployment = find(default, "Deployment")
+    spec = deployment["spec"]["template"]["spec"]
+    operator = container(deployment)
+    assert deployment["spec"]["replicas"] == 2
+    assert operator["image"] == "mountwarden:0.1.0"  # the chart's appVersion
+    args = operator["args"]
+    assert args[0] == "operator" and "--peering" in args and not any(a.startswith("--priority") for a in args)
+    assert flag(args, "--peering-name") == FULLNAME
+    assert flag(args, "--webhook-mode") == "cluster"
+    assert flag(args, "--liveness") == "http://0.0.0.0:8080/healthz"
+    assert operator["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert {p["name"]: p["containerPort"] for p in operator["ports"]} == {"webhook": 9443, "metrics": 9800,
+                                                                           "health": 8080}
+    assert flag(args, "--webhook-port") == "9443" and flag(args, "--metrics-port") == "9800"
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in operator["env"]}
+    assert env == {"POD_NAMESPACE": "metadata.namespace", "POD_NAME": "metadata.name", "POD_ID": "metadata.name"}
+    mount = next(m for m in operator["volumeMounts"] if m["name"] == "webhook-certs")
+    assert mount["readOnly"] and mount["mountPath"] == flag(args, "--webhook-cert-dir")
+    assert next(v for v in spec["volumes"] if v["name"] == "webhook-certs")["secret"]["secretName"] == (
+        f"{FULLNAME}-webhook-tls")
+    assert spec["serviceAccountName"] == f"{FULLNAME}-operator"
+    assert spec["topologySpreadConstraints"] == [{
+        "maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway",
+        "labelSelector": {"matchLabels": deployment["spec"]["selector"]["matchLabels"]}}]
+    assert find(default, "PodDisruptionBudget")["spec"] == {
+        "maxUnavailable": 1, "selector": deployment["spec"]["selector"]}
+
+
+def test_the_operator_is_locked_down(default):
+    deployment = find(default, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]["securityContext"]
+    assert pod["runAsNonRoot"] and pod["runAsUser"] == 65532 and pod["seccompProfile"] == {"type": "RuntimeDefault"}
+    security = container(deployment)["securityContext"]
+    assert security == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                        "capabilities": {"drop": ["ALL"]}}
+    assert container(deployment)["resources"] == {"requests": {"cpu": "50m", "memory": "128Mi"},
+                                                  "limits": {"memory": "512Mi"}}
+
+
+def test_the_wiring_between_objects_is_consistent(default):
+    """Flags name objects the chart makes, under the same names."""
+    args = container(find(default, "Deployment"))["args"]
+    service = find(default, "Service", f"{FULLNAME}-webhook")
+    assert flag(args, "--webhook-service") == f"{NAMESPACE}/{service['metadata']['name']}"
+    assert service["spec"]["ports"] == [{"name": "webhook", "port": 443, "targetPort": "webhook", "protocol": "TCP"}]
+    # The Service routes to the active replica only: the one that carries --active-label.
+    active = flag(args, "--active-label")
+    pod_labels = find(default, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    selector = service["spec"]["selector"]
+    assert selector[active] == "true" and active not in pod_labels
+    assert {k: v for k, v in selector.items() if k != active}.items() <= pod_labels.items()
+    # The enforce configuration, the peering object and the agent's account are the ones RBAC names.
+    enforce = find(default, "ValidatingWebhookConfiguration", flag(args, "--enforce-configuration"))
+    assert "webhooks" not in enforce  # the active operator writes them
+    find(default, "ClusterKopfPeering", flag(args, "--peering-name"))
+    agent_account = flag(args, "--agent-service-account")
+    assert agent_account == f"{NAMESPACE}:{find(default, 'DaemonSet')['spec']['template']['spec']['serviceAccountName']}"
+
+
+def test_every_flag_the_chart_passes_exists_and_parses(default, monkeypatch):
+    from mountwarden.cli import app
+
+    command = typer.main.get_command(app)
+    monkeypatch.setenv("NODE_NAME", "node-a")  # the downward API's value in a pod
+    for workload in (find(default, "Deployment"), find(default, "DaemonSet")):
+        subcommand, *args = container(workload)["args"]
+        # Parses every option with its type and bounds, and runs nothing.
+        command.commands[subcommand].make_context(subcommand, list(args))
+
+
+# -- the agent ------------------------------------------------------------------------------------------------
+
+
+def test_the_agent_reads_the_hosts_proc_on_every_node(default):
+    daemonset = find(default, "DaemonSet")
+    spec = daemonset["spec"]["template"]["spec"]
+    agent = container(daemonset)
+    assert agent["args"][0] == "agent"
+    assert flag(agent["args"], "--proc-root") == "/host/proc"
+    assert flag(agent["args"], "--kubelet-root") == "/var/lib/kubelet"
+    assert flag(agent["args"], "--network-fstypes") == "nfs,nfs4"
+    assert flag(agent["args"], "--interval") == "30" and flag(agent["args"], "--heartbeat") == "300"
+    assert agent["env"] == [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
+    assert {"name": "host-proc", "mountPath": "/host/proc", "readOnly": True} in agent["volumeMounts"]
+    assert {"name": "host-proc", "hostPath": {"path": "/proc", "type": "Directory"}} in spec["volumes"]
+    assert spec["tolerations"] == [{"operator": "Exists"}]
+    assert "hostPID" not in spec and "hostNetwork" not in spec
+    assert spec["serviceAccountName"] == f"{FULLNAME}-agent"
+
+
+def test_the_agent_gets_only_the_capabilities_to_read_other_processes(default, render):
+    agent = container(find(default, "DaemonSet"))
+    assert agent["securityContext"] == {
+        "privileged": False, "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"], "add": ["SYS_PTRACE", "DAC_READ_SEARCH"]}}
+    pod = find(default, "DaemonSet")["spec"]["template"]["spec"]["securityContext"]
+    assert pod["runAsUser"] == 0 and not pod["runAsNonRoot"]  # capabilities need root to take effect
+
+    without = find(render("--set", "agent.readOtherProcesses=false"), "DaemonSet")
+    assert container(without)["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    pod = without["spec"]["template"]["spec"]["securityContext"]
+    assert pod["runAsNonRoot"] and pod["runAsUser"] == 65532
+
+
+# -- values -------------------------------------------------------------------------------------------------
+
+
+def test_values_reach_the_flags_and_env(render):
+    docs = render(
+        "--set", "logLevel=debug", "--set", "agent.interval=60", "--set", "agent.heartbeat=600",
+        "--set", "agent.kubeletRoot=/data/kubelet", "--set", "agent.networkFstypes={nfs4,nfs}",
+        "--set", "operator.creditInterval=120", "--set", "operator.aws.region=eu-west-1",
+        "--set", "operator.aws.roleArn=arn:aws:iam::123456789012:role/mountwarden",
+        "--set", "operator.networkProvisioners={example.com/nas,file.csi.azure.com}",
+        "--set", "operator.replicas=1", "--set", "image.tag=dev", "--set", "image.repository=registry.local/mw",
+        "--set", "image.pullSecrets[0].name=regcred", "--set", "operator.priorityClassName=mw-critical",
+        "--set", "agent.priorityClassName=system-node-critical",
+    )
+    operator, agent = container(find(docs, "Deployment")), container(find(docs, "DaemonSet"))
+    assert "--verbose" in operator["args"] and "--verbose" in agent["args"]
+    assert flag(agent["args"], "--interval") == "60" and flag(agent["args"], "--heartbeat") == "600"
+    assert flag(agent["args"], "--kubelet-root") == "/data/kubelet"
+    assert flag(agent["args"], "--network-fstypes") == "nfs4,nfs"
+    assert flag(operator["args"], "--credit-interval") == "120"
+    assert [a for a in operator["args"] if a.startswith("--network-provisioner=")] == [
+        "--network-provisioner=example.com/nas", "--network-provisioner=file.csi.azure.com"]
+    assert {"name": "AWS_REGION", "value": "eu-west-1"} in operator["env"]
+    account = find(docs, "ServiceAccount", f"{FULLNAME}-operator")
+    assert account["metadata"]["annotations"] == {"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/mountwarden"}
+    assert operator["image"] == agent["image"] == "registry.local/mw:dev"
+    for workload, priority_class in ((find(docs, "Deployment"), "mw-critical"),
+                                     (find(docs, "DaemonSet"), "system-node-critical")):
+        spec = workload["spec"]["template"]["spec"]
+        assert spec["imagePullSecrets"] == [{"name": "regcred"}] and spec["priorityClassName"] == priority_class
+    assert not [d for d in docs if d["kind"] == "PodDisruptionBudget"]  # one replica: nothing to keep running
+
+
+def test_defaults_leave_out_what_is_not_asked_for(default):
+    operator, agent = container(find(default, "Deployment")), container(find(default, "DaemonSet"))
+    assert "--verbose" not in operator["args"] and "--verbose" not in agent["args"]
+    assert not any(a.startswith("--network-provisioner") for a in operator["args"])
+    assert "AWS_REGION" not in {e["name"] for e in operator["env"]}
+    assert "annotations" not in find(default, "ServiceAccount", f"{FULLNAME}-operator")["metadata"]
+    assert "imagePullSecrets" not in find(default, "Deployment")["spec"]["template"]["spec"]
+
+
+def test_the_schema_refuses_unknown_keys_and_wrong_types(helm, helm_env):
+    for args, complaint in (
+        (["--set", "operator.replica=3"], "additional properties 'replica' not allowed"),
+        (["--set", "agent.interval=often"], "/agent/interval"),
+        (["--set", "logLevel=trace"], "/logLevel"),
+        (["--set", "operator.replicas=0"], "/operator/replicas"),
+        (["--set", "operator.aws.roleArn=my-role"], "/operator/aws/roleArn"),
+    ):
+        result = run_helm(helm, helm_env, "template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION, *args)
+        assert result.returncode != 0 and complaint in result.stderr, (args, result.stderr)
+
+
+def leaf_paths(values: dict, prefix: str = "") -> list[str]:
+    """Every value's dotted path; free-form maps and lists are leaves (templates take them whole)."""
+    paths = []
+    for key, value in values.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value and key not in FREE_FORM:
+            paths.extend(leaf_paths(value, f"{path}."))
+        else:
+            paths.append(path)
+    return paths
+
+
+#: Maps whose keys are the user's (labels, requests...), not the chart's.
+FREE_FORM = {"resources", "labels", "annotations", "podAnnotations", "nodeSelector", "affinity", "issuerRef"}
+TEMPLATES = "\n".join(path.read_text() for path in sorted((CHART / "templates").glob("*")))
+REFERENCES = set(re.findall(r"\.Values\.([A-Za-z0-9_.]+)", TEMPLATES))
+
+
+def test_every_value_is_used_by_a_template():
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    unused = [path for path in leaf_paths(values) if path not in REFERENCES]
+    assert not unused, f"values no template reads: {unused}"
+
+
+def test_every_value_a_template_reads_is_declared():
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    for reference in REFERENCES:
+        node = values
+        for part in reference.split("."):
+            assert isinstance(node, dict) and part in node, f".Values.{reference} is not in values.yaml"
+            node = node[part]
+
+
+def test_the_schema_describes_every_value_and_accepts_the_defaults():
+    import jsonschema
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    jsonschema.validate(values, schema)
+
+    def schema_paths(node: dict, prefix: str = "") -> set[str]:
+        node = schema["definitions"][node["$ref"].rsplit("/", 1)[1]] if "$ref" in node else node
+        properties = node.get("properties")
+        if not properties or prefix.rstrip(".").rsplit(".", 1)[-1] in FREE_FORM:
+            return {prefix.rstrip(".")}
+        return {path for key, child in properties.items() for path in schema_paths(child, f"{prefix}{key}.")}
+
+    described = schema_paths(schema)
+    assert set(leaf_paths(values)) - described == set()
+
+
+# -- webhooks and TLS -----------------------------------------------------------------------------------------
+
+
+def test_the_webhooks_are_the_ones_the_operator_serves(default):
+    """The chart's configuration is what the operator renders for itself, pointed at the Service."""
+    from kopf._core.intents import registries
+
+    import mountwarden.handlers.admission  # noqa: F401  (registers the validating handlers with kopf)
+    from mountwarden.adapters.webhookconfig import render_configuration
+
+    configuration = find(default, "ValidatingWebhookConfiguration", FULLNAME)
+    ca_bundle = find(default, "Secret")["data"]["ca.crt"]
+    expected = render_configuration(
+        {"service": {"namespace": NAMESPACE, "name": f"{FULLNAME}-webhook", "port": 443}, "caBundle": ca_bundle},
+        excluded=["kube-system", NAMESPACE], agent_username=AGENT_USERNAME)
+    assert configuration["webhooks"] == expected["webhooks"]
+    served = {handler.id for handler in registries.get_default_registry()._webhooks.get_all_handlers()}
+    assert {hook["clientConfig"]["service"]["path"].lstrip("/") for hook in configuration["webhooks"]} <= served
+    failing = [hook["name"] for hook in configuration["webhooks"] if hook["failurePolicy"] == "Fail"]
+    assert failing == ["nodemountreport.mountwarden.io"]
+
+
+def test_kube_system_is_excluded_once_when_the_chart_lives_there(render):
+    configuration = find(render(namespace="kube-system"), "ValidatingWebhookConfiguration", FULLNAME)
+    assert configuration["webhooks"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system"]
+
+
+def certificate(pem_b64: str) -> x509.Certificate:
+    return x509.load_pem_x509_certificate(base64.b64decode(pem_b64))
+
+
+def test_the_charts_own_certificate_serves_the_service_name(default):
+    secret = find(default, "Secret")
+    assert secret["type"] == "kubernetes.io/tls" and set(secret["data"]) == {"ca.crt", "tls.crt", "tls.key"}
+    ca, cert = certificate(secret["data"]["ca.crt"]), certificate(secret["data"]["tls.crt"])
+    names = cert.extensions.get_extension_for_oid(ExtensionOID.SUBJECT_ALTERNATIVE_NAME).value.get_values_for_type(
+        x509.DNSName)
+    assert f"{FULLNAME}-webhook.{NAMESPACE}.svc" in names
+    cert.verify_directly_issued_by(ca)
+    for hook in find(default, "ValidatingWebhookConfiguration", FULLNAME)["webhooks"]:
+        assert hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+
+
+def test_with_cert_manager_it_issues_and_injects(render):
+    docs = render("--set", "webhook.certManager.enabled=true")
+    assert not [d for d in docs if d["kind"] == "Secret"]
+    issuer = find(docs, "Issuer")
+    certificate_ = find(docs, "Certificate")
+    assert issuer["spec"] == {"selfSigned": {}}
+    assert certificate_["spec"]["secretName"] == f"{FULLNAME}-webhook-tls"
+    assert certificate_["spec"]["issuerRef"] == {"kind": "Issuer", "name": issuer["metadata"]["name"]}
+    assert f"{FULLNAME}-webhook.{NAMESPACE}.svc" in certificate_["spec"]["dnsNames"]
+    configuration = find(docs, "ValidatingWebhookConfiguration", FULLNAME)
+    assert configuration["metadata"]["annotations"] == {
+        "cert-manager.io/inject-ca-from": f"{NAMESPACE}/{certificate_['metadata']['name']}"}
+    assert all("caBundle" not in hook["clientConfig"] for hook in configuration["webhooks"])
+
+    docs = render("--set", "webhook.certManager.enabled=true", "--set", "webhook.certManager.issuerRef.kind=ClusterIssuer",
+                  "--set", "webhook.certManager.issuerRef.name=corp-ca")
+    assert not [d for d in docs if d["kind"] == "Issuer"]
+    assert find(docs, "Certificate")["spec"]["issuerRef"] == {"kind": "ClusterIssuer", "name": "corp-ca"}
+
+
+# -- RBAC -----------------------------------------------------------------------------------------------------
+
+# Every Kubernetes client call in the operator's handlers and adapters, and what RBAC it needs:
+# (API group, resource, verb, resource name or None, namespace or None for cluster-wide).
+PEERING_NAME, ENFORCE_NAME = FULLNAME, f"{FULLNAME}-enforce"
+CLIENT_CALLS = {
+    "list_storage_class": [("storage.k8s.io", "storageclasses", "list")],
+    "create_storage_class": [("storage.k8s.io", "storageclasses", "create")],
+    "patch_storage_class": [("storage.k8s.io", "storageclasses", "patch")],
+    "delete_storage_class": [("storage.k8s.io", "storageclasses", "delete")],
+    # ProfileConditions reads profiles; ActiveReplica reads the peering object.
+    "get_cluster_custom_object": [("mountwarden.io", "storageprofiles", "get"),
+                                  ("kopf.dev", "clusterkopfpeerings", "get", PEERING_NAME)],
+    "patch_cluster_custom_object_status": [("mountwarden.io", "storageprofiles/status", "patch")],
+    "list_cluster_custom_object": [("mountwarden.io", "nodemountreports", "list")],  # rollouts
+    "list_persistent_volume": [("", "persistentvolumes", "list")],
+    "patch_persistent_volume": [("", "persistentvolumes", "patch")],
+    "list_namespaced_pod": [("", "pods", "list")],
+    "delete_namespaced_pod": [("", "pods", "delete")],  # a rollout remounts a replica
+    "patch_namespaced_pod": [("", "pods", "patch", None, NAMESPACE)],  # its own pod's active label
+    "list_namespaced_deployment": [("apps", "deployments", "list")],
+    "list_namespaced_stateful_set": [("apps", "statefulsets", "list")],
+    "list_namespaced_daemon_set": [("apps", "daemonsets", "list")],
+    "patch_namespaced_deployment": [("apps", "deployments", "patch")],
+    "patch_namespaced_stateful_set": [("apps", "statefulsets", "patch")],
+    "patch_namespaced_daemon_set": [("apps", "daemonsets", "patch")],
+    "list_namespaced_replica_set": [("apps", "replicasets", "list")],
+    "list_namespaced_job": [("batch", "jobs", "list")],
+    "list_namespaced_horizontal_pod_autoscaler": [("autoscaling", "horizontalpodautoscalers", "list")],
+    "patch_validating_webhook_configuration": [
+        ("admissionregistration.k8s.io", "validatingwebhookconfigurations", "patch", ENFORCE_NAME)],
+    # Only in local mode (a stopped operator withdraws the configuration it registered): never in a cluster.
+    "delete_validating_webhook_configuration": [],
+}
+# What kopf itself calls: peering, discovery of CRDs, Events. Watched resources come from its registry.
+KOPF_CALLS = [
+    ("kopf.dev", "clusterkopfpeerings", "list"), ("kopf.dev", "clusterkopfpeerings", "watch"),
+    ("kopf.dev", "clusterkopfpeerings", "patch", PEERING_NAME),
+    ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
+    ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
+    ("", "events", "create"),
+]
+CALL = re.compile(r"\.(?:api|core|apps|batch|autoscaling|custom)\.((?:list|read|get|create|patch|replace|delete)_\w+)")
+
+
+def client_calls() -> set[str]:
+    sources = [*(ROOT / "operator/mountwarden/handlers").glob("*.py"), *(ROOT / "operator/mountwarden/adapters").glob("*.py")]
+    return {name for path in sources for name in CALL.findall(path.read_text())}
+
+
+def kopf_needs() -> list[tuple]:
+    """list and watch for every resource kopf watches; patch (finalizer, annotations, status) where it reconciles."""
+    from kopf._core.intents import registries
+
+    import mountwarden.handlers.runner as runner
+    from mountwarden.handlers.config import OperatorConfig
+
+    runner.register_handlers(OperatorConfig())
+    registry = registries.get_default_registry()
+    needs = []
+    for handlers in (registry._indexing, registry._watching, registry._changing, registry._spawning):
+        for handler in handlers.get_all_handlers():
+            group = handler.selector.group or ""
+            needs += [(group, handler.selector.any_name, "list"), (group, handler.selector.any_name, "watch")]
+            if handlers in (registry._changing, registry._spawning):
+                needs += [(group, handler.selector.any_name, "patch"),
+                          (group, f"{handler.selector.any_name}/status", "patch")]
+    return needs
+
+
+def needs() -> list[tuple]:
+    return [*KOPF_CALLS, *kopf_needs(), *(need for name in client_calls() for need in CLIENT_CALLS[name])]
+
+
+def allows(roles: list[dict], group: str, resource: str, verb: str, name: str | None = None,
+           namespace: str | None = None) -> bool:
+    for role in roles:
+        if role["kind"] == "Role" and role["metadata"]["namespace"] != namespace:
+            continue
+        for rule in role["rules"]:
+            if (group in rule.get("apiGroups", []) and resource in rule.get("resources", [])
+                    and verb in rule.get("verbs", [])
+                    and (not rule.get("resourceNames") or (name is not None and name in rule["resourceNames"]))):
+                return True
+    return False
+
+
+def operator_roles(docs: list[dict]) -> list[dict]:
+    return [find(docs, "ClusterRole", f"{FULLNAME}-operator"), find(docs, "Role", f"{FULLNAME}-operator")]
+
+
+def test_every_client_call_of_the_operator_is_known_here():
+    unknown = client_calls() - set(CLIENT_CALLS)
+    assert not unknown, f"new Kubernetes API calls: say in CLIENT_CALLS what RBAC they need: {sorted(unknown)}"
+
+
+def test_the_operator_may_make_every_call_it_makes(default):
+    roles = operator_roles(default)
+    missing = [need for need in needs() if not allows(roles, *need)]
+    assert not missing, f"the operator's roles lack: {missing}"
+
+
+def test_the_operator_is_granted_nothing_it_does_not_call(default):
+    wanted = {(group, resource, verb) for group, resource, verb, *_ in needs()}
+    granted = {(group, resource, verb)
+               for role in operator_roles(default) for rule in role["rules"]
+               for group in rule["apiGroups"] for resource in rule["resources"] for verb in rule["verbs"]}
+    assert granted - wanted == set()
+
+
+def test_no_role_has_wildcards_secrets_or_exec(default):
+    for role in (d for d in default if d["kind"] in ("ClusterRole", "Role")):
+        for rule in role["rules"]:
+            words = [*rule["apiGroups"], *rule["resources"], *rule["verbs"]]
+            assert "*" not in words, (role["metadata"]["name"], rule)
+            assert not {"secrets", "pods/exec", "pods/attach", "serviceaccounts/token"} & set(rule["resources"])
+            assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
+
+
+def test_patching_pods_is_limited_to_the_release_namespace(default):
+    roles = operator_roles(default)
+    assert allows(roles, "", "pods", "patch", namespace=NAMESPACE)
+    assert not allows(roles, "", "pods", "patch", namespace="default")
+
+
+def test_the_agent_reads_its_node_and_writes_reports_nothing_else(default):
+    role = find(default, "ClusterRole", f"{FULLNAME}-agent")
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+        {"apiGroups": ["mountwarden.io"], "resources": ["nodemountreports"], "verbs": ["get", "create", "update"]},
+    ]
+    binding = find(default, "ClusterRoleBinding", f"{FULLNAME}-agent")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": f"{FULLNAME}-agent", "namespace": NAMESPACE}]
+    assert not [d for d in default if d["kind"] == "RoleBinding" and d["subjects"][0]["name"].endswith("-agent")]
+
+
+# -- metrics, ServiceMonitors, dashboard ------------------------------------------------------------------------
+
+
+def test_metrics_services_and_optional_service_monitors(default, render):
+    for component, port in (("operator", 9800), ("agent", 9801)):
+        service = find(default, "Service", f"{FULLNAME}-{component}-metrics")
+        assert service["spec"]["ports"][0]["port"] == port
+        assert service["spec"]["selector"]["app.kubernetes.io/component"] == component
+    assert not [d for d in default if d["kind"] in ("ServiceMonitor", "ConfigMap")]
+    docs = render("--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.serviceMonitor.labels.release=prom",
+                  "--set", "metrics.serviceMonitor.interval=1m")
+    for component in ("operator", "agent"):
+        monitor = find(docs, "ServiceMonitor", f"{FULLNAME}-{component}")
+        assert monitor["metadata"]["labels"]["release"] == "prom"
+        assert monitor["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "1m"}]
+        service = find(docs, "Service", f"{FULLNAME}-{component}-metrics")
+        assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+
+
+def test_the_dashboard_ships_in_a_configmap_for_grafanas_sidecar(render):
+    configmap = find(render("--set", "dashboard.enabled=true"), "ConfigMap")
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(configmap["data"]["mountwarden.json"]) == json.loads(
+        (CHART / "dashboards" / "mountwarden.json").read_text())
+
+
+def exported_series() -> set[str]:
+    """Every series name the operator and the agent export, with the suffixes Prometheus sees."""
+    from prometheus_client import REGISTRY
+
+    import mountwarden.handlers.metrics  # noqa: F401  (registers the operator's gauges)
+    from mountwarden.agent.metrics import AgentMetrics
+
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "summary": ("_sum", "_count")}
+    names = set()
+    for registry in (REGISTRY, AgentMetrics("node").registry):
+        for family in registry.collect():
+            if family.name.startswith("mountwarden_"):
+                names.update(family.name + suffix for suffix in suffixes.get(family.type, ("",)))
+    return names
+
+
+def dashboard_queries() -> list[str]:
+    dashboard = json.loads((CHART / "dashboards" / "mountwarden.json").read_text())
+    panels = [p for p in dashboard["panels"] if p["type"] != "row"]
+    variables = [v["query"]["query"] for v in dashboard["templating"]["list"] if v["type"] == "query"]
+    return [target["expr"] for panel in panels for target in panel["targets"]] + variables
+
+
+def test_every_dashboard_query_names_a_metric_the_code_exports():
+    exported = exported_series()
+    used = {name for query in dashboard_queries() for name in re.findall(r"\bmountwarden_\w+", query)}
+    assert used and used - exported == set()
+
+
+def test_the_dashboard_shows_credits_compliance_and_nfs_rates():
+    used = {name for query in dashboard_queries() for name in re.findall(r"\bmountwarden_\w+", query)}
+    assert {
+        "mountwarden_credit_balance_bytes", "mountwarden_credit_slope_bytes_per_second",
+        "mountwarden_credit_time_to_empty_seconds", "mountwarden_credit_permitted_bytes_per_second",
+        "mountwarden_credit_metered_bytes_per_second", "mountwarden_profile_volumes", "mountwarden_profile_pods",
+        "mountwarden_sqlite_databases", "mountwarden_nfs_operations_per_second", "mountwarden_nfs_rtt_milliseconds",
+        "mountwarden_nfs_queue_milliseconds", "mountwarden_nfs_execute_milliseconds",
+        "mountwarden_agent_scan_duration_seconds_bucket",
+    } <= used
+
+
+def test_every_panel_queries_the_chosen_data_source():
+    dashboard = json.loads((CHART / "dashboards" / "mountwarden.json").read_text())
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+    for panel in (p for p in dashboard["panels"] if p["type"] != "row"):
+        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+        assert panel["targets"] and all(t["datasource"] == panel["datasource"] for t in panel["targets"])
