@@ -29,6 +29,7 @@ from mountwarden.core.admission import (
 )
 from mountwarden.handlers import admission
 from mountwarden.handlers.admission import AdmissionSettings, can_answer, keep_active_label
+from mountwarden.handlers.config import OperatorConfig
 
 AGENT = "system:serviceaccount:mountwarden:mountwarden-agent"
 
@@ -118,17 +119,15 @@ def test_the_handler_admits_the_own_report_and_anyone_else():
     assert validate_report({**body, "metadata": {"name": "node-b"}}, {"username": "admin"}) == []
 
 
-def test_settings_come_from_the_environment():
-    settings = AdmissionSettings.from_environ({
-        admission.AGENT_SERVICE_ACCOUNT_ENV: "mountwarden:mountwarden-agent",
-        admission.WEBHOOK_SERVICE_ENV: "mountwarden/mountwarden-webhook",
-        admission.ENFORCE_CONFIGURATION_ENV: "mountwarden-enforce",
-        admission.ACTIVE_LABEL_ENV: "mountwarden.io/active",
-    })
+def test_settings_come_from_the_operator_config():
+    settings = AdmissionSettings.from_config(OperatorConfig(
+        agent_service_account="mountwarden:mountwarden-agent", webhook_service="mountwarden/mountwarden-webhook",
+        enforce_configuration="mountwarden-enforce", active_label="mountwarden.io/active",
+    ))
     assert settings == AdmissionSettings(
         agent_username=AGENT, webhook_service={"namespace": "mountwarden", "name": "mountwarden-webhook", "port": 443},
         enforce_configuration="mountwarden-enforce", active_label="mountwarden.io/active")
-    assert AdmissionSettings.from_environ({}) == AdmissionSettings()
+    assert AdmissionSettings.from_config(OperatorConfig()) == AdmissionSettings()
 
 
 # -- the webhook configurations -------------------------------------------------------------------------

@@ -136,12 +136,6 @@ def operator_command(
 
     from mountwarden.adapters.webhookconfig import parse_service
     from mountwarden.core.admission import service_account_username
-    from mountwarden.handlers.admission import (
-        ACTIVE_LABEL_ENV,
-        AGENT_SERVICE_ACCOUNT_ENV,
-        ENFORCE_CONFIGURATION_ENV,
-        WEBHOOK_SERVICE_ENV,
-    )
     from mountwarden.handlers.config import OperatorConfig
     from mountwarden.handlers.runner import run
 
@@ -161,13 +155,6 @@ def operator_command(
     # Timer intervals are fixed when kopf registers the timers, at import of the handlers.
     os.environ["MOUNTWARDEN_COLLECT_INTERVAL"] = str(collect_interval)
     os.environ["MOUNTWARDEN_CREDIT_INTERVAL"] = str(credit_interval)
-    # The admission handlers read these at startup (mountwarden.handlers.admission.AdmissionSettings).
-    for name, value in ((AGENT_SERVICE_ACCOUNT_ENV, agent_service_account), (WEBHOOK_SERVICE_ENV, webhook_service),
-                        (ENFORCE_CONFIGURATION_ENV, enforce_configuration), (ACTIVE_LABEL_ENV, active_label)):
-        if value:
-            os.environ[name] = value
-        else:
-            os.environ.pop(name, None)
     priority, derived = peering_priority(priority, standalone=standalone)
     if derived:
         logging.getLogger("mountwarden.operator").info(f"peering priority {priority}, {derived}")
@@ -176,7 +163,8 @@ def operator_command(
         OperatorConfig(
             kubeconfig=kubeconfig, metrics_port=metrics_port, webhook_mode=webhook_mode, webhook_port=webhook_port,
             webhook_cert_dir=webhook_cert_dir, webhook_host=webhook_host, namespace=namespace,
-            network_provisioners=tuple(network_provisioners or ()),
+            network_provisioners=tuple(network_provisioners or ()), agent_service_account=agent_service_account,
+            webhook_service=webhook_service, enforce_configuration=enforce_configuration, active_label=active_label,
         ),
         standalone=standalone,
         liveness_endpoint=liveness,

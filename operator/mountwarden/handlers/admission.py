@@ -74,17 +74,13 @@ def resolve_mode(mode: WebhookMode, *, kubeconfig: str | None, environ: Mapping[
 
 
 #: Set by `mountwarden operator` from its flags of the same names; read at startup.
-AGENT_SERVICE_ACCOUNT_ENV = "MOUNTWARDEN_AGENT_SERVICE_ACCOUNT"
-WEBHOOK_SERVICE_ENV = "MOUNTWARDEN_WEBHOOK_SERVICE"
-ENFORCE_CONFIGURATION_ENV = "MOUNTWARDEN_ENFORCE_CONFIGURATION"
-ACTIVE_LABEL_ENV = "MOUNTWARDEN_ACTIVE_LABEL"
 #: Seconds between checks of whether this replica is the active one (each reads the peering object).
 ACTIVE_CHECK_SECONDS = 3.0
 
 
 @dataclass(frozen=True)
 class AdmissionSettings:
-    """The admission settings beyond OperatorConfig, as `mountwarden operator` passes them (the environment)."""
+    """The admission settings of OperatorConfig, parsed."""
 
     #: system:serviceaccount:NS:NAME of the node agent, whose report writes are checked; None checks none.
     agent_username: str | None = None
@@ -96,15 +92,14 @@ class AdmissionSettings:
     active_label: str | None = None
 
     @staticmethod
-    def from_environ(environ: Mapping[str, str] = os.environ) -> "AdmissionSettings":
-        """Read the settings; a malformed value raises ValueError naming it."""
-        agent = environ.get(AGENT_SERVICE_ACCOUNT_ENV) or None
-        service = environ.get(WEBHOOK_SERVICE_ENV) or None
+    def from_config(config: OperatorConfig) -> "AdmissionSettings":
+        """Parse the settings; a malformed value raises ValueError naming it."""
         return AdmissionSettings(
-            agent_username=service_account_username(agent) if agent else None,
-            webhook_service=parse_service(service) if service else None,
-            enforce_configuration=environ.get(ENFORCE_CONFIGURATION_ENV) or None,
-            active_label=environ.get(ACTIVE_LABEL_ENV) or None,
+            agent_username=service_account_username(config.agent_service_account)
+            if config.agent_service_account else None,
+            webhook_service=parse_service(config.webhook_service) if config.webhook_service else None,
+            enforce_configuration=config.enforce_configuration,
+            active_label=config.active_label,
         )
 
 
@@ -135,7 +130,7 @@ def keep_active_label(memo: kopf.Memo, label: ActivePodLabel, stop: threading.Ev
 def serve_admission(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger, **_) -> None:
     """Give kopf its webhook server: one that registers itself (local), or one the chart points at (cluster)."""
     config: OperatorConfig = memo.config
-    admission = AdmissionSettings.from_environ()
+    admission = AdmissionSettings.from_config(config)
     memo.admission_settings = admission
     memo.admission_ready = threading.Event()
     memo.webhook_registrar = None

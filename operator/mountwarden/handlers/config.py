@@ -29,3 +29,11 @@ class OperatorConfig:
     namespace: str | None = None
     #: Provisioners that mount NFS beyond the built-in list (see mountwarden.core.admission).
     network_provisioners: tuple[str, ...] = ()
+    #: NAMESPACE:NAME of the node agent's service account, whose report writes are checked.
+    agent_service_account: str | None = None
+    #: cluster mode: NAMESPACE/NAME[:PORT] of the Service the API server reaches the webhook through.
+    webhook_service: str | None = None
+    #: cluster mode: the chart-made ValidatingWebhookConfiguration that receives the deny webhooks.
+    enforce_configuration: str | None = None
+    #: A label key this replica keeps on its own pod while it answers admission.
+    active_label: str | None = None
