@@ -23,7 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.procroot import RDMA_NCONNECT, TELEGRAF, assemble_proc_root, sample_path, scaled_mounts  # noqa: E402
+from tests.procroot import RDMA_NCONNECT, TELEGRAF, assemble_proc_root, scaled_mounts  # noqa: E402
+from tests.samples import sample_path  # noqa: E402
 
 from mountwarden.adapters.procreader import ProcRoot  # noqa: E402
 from mountwarden.agent.scan import scan_node_report  # noqa: E402

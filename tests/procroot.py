@@ -27,9 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
+from tests.samples import sample_path
 
-LOCAL_SAMPLES = Path(__file__).resolve().parent / "fixtures" / "procfs"
 #: MIT: 4 NFS mounts, /A (v3, nolock), /B (v4.0), /C (v3), /D (v4.2), and 26 other devices.
 TELEGRAF = "mountstats-nfs3-nfs40-nfs42-telegraf.txt"
 #: GPL (shared set only): 10 NFSv3 mounts over rdma with nconnect=8, 8 xprt lines each.
@@ -46,20 +45,6 @@ _HIDDEN_DEFAULTS = {"acregmin": "3", "acregmax": "60", "acdirmin": "30", "acdirm
 _FIRST_NFS_MINOR = 100
 
 
-def shared_samples_dir() -> Path:
-    root = os.environ.get("MOUNTWARDEN_SHARED_FIXTURES")
-    return (Path(root) if root else Path(__file__).resolve().parents[1].parent / "shared" / "fixtures") / "procfs"
-
-
-def sample_path(name: str) -> Path:
-    """A sample by file name: the repository's copy when there is one, else the shared set's (or skip)."""
-    local = LOCAL_SAMPLES / name
-    if local.is_file():
-        return local
-    shared = shared_samples_dir() / name
-    if not shared.is_file():
-        pytest.skip(f"the shared procfs sample {name} is not at {shared}")
-    return shared
 
 
 def pod_uid(name: str) -> str:

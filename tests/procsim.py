@@ -13,7 +13,8 @@ plus ``locks`` and a process holding SQLite locks on the volumes asked for. Real
 from pathlib import Path
 
 from tests.nodesim import Node, NodeSimulator, SimulatedMount
-from tests.procroot import TELEGRAF, _blocks, sample_path
+from tests.procroot import TELEGRAF, _blocks
+from tests.samples import sample_path
 
 from mountwarden.core.options import NormalizedOptions, normalize, with_kernel_defaults
 

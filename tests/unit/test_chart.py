@@ -187,8 +187,8 @@ def test_the_operator_is_locked_down(default):
     security = container(deployment)["securityContext"]
     assert security == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                         "capabilities": {"drop": ["ALL"]}}
-    assert container(deployment)["resources"] == {"requests": {"cpu": "50m", "memory": "128Mi"},
-                                                  "limits": {"memory": "512Mi"}}
+    assert container(deployment)["resources"] == {"requests": {"cpu": "50m", "memory": "256Mi"},
+                                                  "limits": {"memory": "1Gi"}}
 
 
 def test_the_wiring_between_objects_is_consistent(default):

@@ -1,15 +1,14 @@
 """`mountwarden mounts` and `mountwarden mountstats` run on real samples; JSON parsed back."""
 
 import json
-import os
 from pathlib import Path
 
 import pytest
+from tests.samples import LOCAL_SAMPLES, shared_sample_path
 from typer.testing import CliRunner
 
 from mountwarden.cli import app
 
-LOCAL_SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "procfs"
 TELEGRAF = LOCAL_SAMPLES / "mountstats-nfs3-nfs40-nfs42-telegraf.txt"
 OPS_KEYS = {
     "ops",
@@ -23,16 +22,6 @@ OPS_KEYS = {
     "errors",
 }
 
-
-def shared_sample_path(name: str) -> Path:
-    """A sample from the shared set beside the repository (GPL ones are not copied here)."""
-    root = os.environ.get("MOUNTWARDEN_SHARED_FIXTURES")
-    directory = (
-        Path(root) if root else Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
-    ) / "procfs"
-    if not directory.is_dir():
-        pytest.skip(f"the shared procfs samples are not at {directory}")
-    return directory / name
 
 
 def run(*args: str | Path):

@@ -11,23 +11,13 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.samples import LOCAL_SAMPLES, shared_sample
 
 from mountwarden.core.procfs.locks import FileLock, parse_locks, read_locks
 
-LOCAL_SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "procfs"
 SQLITE_PENDING_BYTE = 0x40000000
 SQLITE_SHARED_FIRST_BYTE = 0x40000002
 
-
-def shared_sample(name: str) -> str:
-    """A sample from the shared set beside the repository (GPL ones are not copied here)."""
-    root = os.environ.get("MOUNTWARDEN_SHARED_FIXTURES")
-    directory = (
-        Path(root) if root else Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
-    ) / "procfs"
-    if not directory.is_dir():
-        pytest.skip(f"the shared procfs samples are not at {directory}")
-    return (directory / name).read_text(encoding="utf-8")
 
 
 def test_a_lock_with_four_waiters():

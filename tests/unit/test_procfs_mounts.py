@@ -1,24 +1,13 @@
 """/proc/mounts parser: a real capture with a quoted SELinux context, escapes, malformed lines."""
 
-import os
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.samples import shared_sample
 
 from mountwarden.core.procfs.mounts import MountsEntry, parse_mounts, read_mounts
-
-
-def shared_sample(name: str) -> str:
-    """A sample from the shared set beside the repository (GPL ones are not copied here)."""
-    root = os.environ.get("MOUNTWARDEN_SHARED_FIXTURES")
-    directory = (
-        Path(root) if root else Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
-    ) / "procfs"
-    if not directory.is_dir():
-        pytest.skip(f"the shared procfs samples are not at {directory}")
-    return (directory / name).read_text(encoding="utf-8")
 
 
 def test_real_proc_mounts_with_a_quoted_selinux_context():

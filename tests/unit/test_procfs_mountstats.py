@@ -1,11 +1,11 @@
 """mountstats parser: table tests over real captures, targeted malformed lines, and fuzzing."""
 
-import os
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.samples import LOCAL_SAMPLES, shared_sample
 
 from mountwarden.core.procfs.mountstats import (
     BYTE_COUNTER_NAMES,
@@ -15,19 +15,6 @@ from mountwarden.core.procfs.mountstats import (
     parse_mountstats,
     read_mountstats,
 )
-
-LOCAL_SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "procfs"
-
-
-def shared_sample(name: str) -> str:
-    """A sample from the shared set beside the repository (GPL ones are not copied here)."""
-    root = os.environ.get("MOUNTWARDEN_SHARED_FIXTURES")
-    directory = (
-        Path(root) if root else Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
-    ) / "procfs"
-    if not directory.is_dir():
-        pytest.skip(f"the shared procfs samples are not at {directory}")
-    return (directory / name).read_text(encoding="utf-8")
 
 
 def local_sample(name: str) -> str:

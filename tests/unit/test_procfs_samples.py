@@ -1,21 +1,11 @@
 """Every shared procfs sample parses, and the copies kept in this repository match their originals."""
 
-import os
 from pathlib import Path
 
 import pytest
+from tests.samples import LOCAL_SAMPLES, shared_samples_dir
 
 from mountwarden.core.procfs import parse_locks, parse_mountinfo, parse_mounts, parse_mountstats
-
-LOCAL_SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "procfs"
-
-
-def shared_samples_dir() -> Path:
-    root = os.environ.get("MOUNTWARDEN_SHARED_FIXTURES")
-    return (
-        Path(root) if root else Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
-    ) / "procfs"
-
 
 PARSERS_BY_PREFIX = {
     "mountstats-": parse_mountstats,

@@ -1,26 +1,11 @@
 """The detector on /proc/locks captured by others, with their devices declared network filesystems."""
 
-import os
 from collections import Counter
-from pathlib import Path
 
-import pytest
+from tests.samples import LOCAL_SAMPLES, shared_sample
 
 from mountwarden.core.procfs import parse_locks
 from mountwarden.core.sqlite import JournalMode, NetworkMount, Severity, SqliteLock, find_sqlite_databases
-
-LOCAL_SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "procfs"
-
-
-def shared_sample(name: str) -> str:
-    """A sample from the shared set beside the repository (GPL ones are not copied here)."""
-    root = os.environ.get("MOUNTWARDEN_SHARED_FIXTURES")
-    directory = (
-        Path(root) if root else Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
-    ) / "procfs"
-    if not directory.is_dir():
-        pytest.skip(f"the shared procfs samples are not at {directory}")
-    return (directory / name).read_text(encoding="utf-8")
 
 
 def nfs(major: int, minor: int) -> NetworkMount:
