@@ -208,6 +208,8 @@ def test_an_agent_writes_only_its_own_nodes_report(cluster, release, namespace, 
     --webhook-mode local and that account.
     """
     node, other = cluster.node_names[0], cluster.node_names[1]
+    # Reports other tests of the session left behind would make the agent's create fail.
+    cluster.kubectl("delete", "nodemountreport", node, other, "--ignore-not-found")
     cluster.kubectl("create", "serviceaccount", "node-agent", "-n", namespace)
     binding = f"{namespace}-node-agent"
     cluster.kubectl("create", "clusterrolebinding", binding, f"--clusterrole={RELEASE}-agent",

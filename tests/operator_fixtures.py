@@ -56,9 +56,13 @@ def crds_installed(cluster) -> None:
         cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{name}")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def operator(cluster, crds_installed, _moto_server_process: MotoServer, tmp_path_factory) -> Iterator[OperatorProcess]:
-    """One operator for the session, its AWS calls going to the session's moto server."""
+    """The operator for one test module, its AWS calls going to the session's moto server.
+
+    Per module, not per session: a module that runs operators of its own (e2e/test_helm.py) must
+    not share the cluster with one left running by an earlier module.
+    """
     log_dir = tmp_path_factory.mktemp("operator")
     aws = {**dummy_aws_environment(log_dir), "AWS_ENDPOINT_URL": _moto_server_process.endpoint_url}
     process = OperatorProcess(str(cluster.kubeconfig), log_dir, extra_env=aws)

@@ -33,7 +33,7 @@ ROLLOUT_TIMEOUT = 180
 
 @pytest.fixture(scope="module")
 def rollout_operator(operator):
-    """The session's operator, which ticks rollouts every second (tests/support.py)."""
+    """The module's operator, which ticks rollouts every second (tests/support.py)."""
     return operator
 
 
