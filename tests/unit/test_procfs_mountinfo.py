@@ -137,8 +137,6 @@ def test_read_mountinfo_reads_a_path(tmp_path):
 
 def test_this_machines_own_mountinfo_parses_cleanly():
     path = Path("/proc/self/mountinfo")
-    if not path.exists():
-        pytest.skip("no /proc/self/mountinfo on this system")
 
     result = read_mountinfo(path)
 

@@ -72,8 +72,6 @@ def test_read_mounts_reads_a_path(tmp_path):
 
 def test_this_machines_own_mounts_parse_cleanly():
     path = Path("/proc/self/mounts")
-    if not path.exists():
-        pytest.skip("no /proc/self/mounts on this system")
 
     assert read_mounts(path).skipped_line_numbers == ()
 
