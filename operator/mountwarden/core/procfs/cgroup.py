@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from mountwarden.core.procfs.lines import parse_lines
 from mountwarden.core.procfs.mountinfo import is_decimal
 
 _UID_DASHED = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
@@ -126,17 +127,8 @@ def parse_pod_cgroup_path(path: str) -> PodCgroup | None:
 
 def parse_cgroup(text: str) -> CgroupResult:
     """Parse /proc/<pid>/cgroup text; malformed lines are skipped and their 1-based numbers kept."""
-    entries: list[CgroupEntry] = []
-    skipped: list[int] = []
-    for line_number, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        entry = _parse_line(line.rstrip(), line_number)
-        if entry is None:
-            skipped.append(line_number)
-        else:
-            entries.append(entry)
-    return CgroupResult(entries=tuple(entries), skipped_line_numbers=tuple(skipped))
+    entries, skipped = parse_lines(text, _parse_line)
+    return CgroupResult(entries=entries, skipped_line_numbers=skipped)
 
 
 def read_cgroup(path: str | os.PathLike[str]) -> CgroupResult:

@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from mountwarden.core.procfs.lines import parse_lines
 from mountwarden.core.procfs.mountinfo import is_decimal
 
 _FILE_ID = re.compile(r"([0-9a-fA-F]+):([0-9a-fA-F]+):([0-9]+)", re.ASCII)
@@ -79,17 +80,8 @@ class LocksResult:
 
 def parse_locks(text: str) -> LocksResult:
     """Parse /proc/locks text; malformed lines are skipped and their 1-based numbers kept."""
-    locks: list[FileLock] = []
-    skipped: list[int] = []
-    for line_number, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        lock = _parse_line(line, line_number)
-        if lock is None:
-            skipped.append(line_number)
-        else:
-            locks.append(lock)
-    return LocksResult(locks=tuple(locks), skipped_line_numbers=tuple(skipped))
+    locks, skipped = parse_lines(text, _parse_line, strip_end=False)
+    return LocksResult(locks=locks, skipped_line_numbers=skipped)
 
 
 def read_locks(path: str | os.PathLike[str] = "/proc/locks") -> LocksResult:

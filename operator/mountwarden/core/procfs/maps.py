@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from mountwarden.core.procfs.lines import parse_lines
+
 _REGION = re.compile(
     r"([0-9a-f]+)-([0-9a-f]+) ([r-][w-][x-][ps]) ([0-9a-f]+) ([0-9a-f]+):([0-9a-f]+) ([0-9]+)(?: +(.*))?",
     re.ASCII,
@@ -84,17 +86,8 @@ class MapsResult:
 
 def parse_maps(text: str) -> MapsResult:
     """Parse /proc/<pid>/maps text; malformed lines are skipped and their 1-based numbers kept."""
-    mappings: list[MemoryMapping] = []
-    skipped: list[int] = []
-    for line_number, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        mapping = _parse_line(line, line_number)
-        if mapping is None:
-            skipped.append(line_number)
-        else:
-            mappings.append(mapping)
-    return MapsResult(mappings=tuple(mappings), skipped_line_numbers=tuple(skipped))
+    mappings, skipped = parse_lines(text, _parse_line, strip_end=False)
+    return MapsResult(mappings=mappings, skipped_line_numbers=skipped)
 
 
 def read_maps(path: str | os.PathLike[str]) -> MapsResult:

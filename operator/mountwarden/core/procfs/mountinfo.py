@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mountwarden.core.optionsyntax import OptionToken, parse_option_tokens
+from mountwarden.core.procfs.lines import parse_lines
 
 _OCTAL_ESCAPE = re.compile(r"\\([0-3][0-7]{2})")
 
@@ -119,19 +120,8 @@ class MountinfoResult:
 
 def parse_mountinfo(text: str) -> MountinfoResult:
     """Parse mountinfo text; malformed lines are skipped and their 1-based numbers kept."""
-    mounts: list[MountinfoEntry] = []
-    skipped: list[int] = []
-    # Only "\n" ends a line: str.splitlines() would also split on \x0c or \u2028,
-    # which the kernel leaves unescaped inside paths.
-    for line_number, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        entry = _parse_line(line.rstrip(), line_number)
-        if entry is None:
-            skipped.append(line_number)
-        else:
-            mounts.append(entry)
-    return MountinfoResult(mounts=tuple(mounts), skipped_line_numbers=tuple(skipped))
+    mounts, skipped = parse_lines(text, _parse_line)
+    return MountinfoResult(mounts=mounts, skipped_line_numbers=skipped)
 
 
 def read_mountinfo(path: str | os.PathLike[str]) -> MountinfoResult:

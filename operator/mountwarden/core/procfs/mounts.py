@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mountwarden.core.optionsyntax import OptionToken
+from mountwarden.core.procfs.lines import parse_lines
 from mountwarden.core.procfs.mountinfo import decode_octal_escapes, decode_option_tokens, is_decimal
 
 
@@ -46,17 +47,8 @@ class MountsResult:
 
 def parse_mounts(text: str) -> MountsResult:
     """Parse /proc/mounts text; malformed lines are skipped and their 1-based numbers kept."""
-    mounts: list[MountsEntry] = []
-    skipped: list[int] = []
-    for line_number, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        entry = _parse_line(line.rstrip(), line_number)
-        if entry is None:
-            skipped.append(line_number)
-        else:
-            mounts.append(entry)
-    return MountsResult(mounts=tuple(mounts), skipped_line_numbers=tuple(skipped))
+    mounts, skipped = parse_lines(text, _parse_line)
+    return MountsResult(mounts=mounts, skipped_line_numbers=skipped)
 
 
 def read_mounts(path: str | os.PathLike[str]) -> MountsResult:
