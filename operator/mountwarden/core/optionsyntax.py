@@ -55,10 +55,24 @@ def parse_option_tokens(options: str | Iterable[str] | None) -> list[OptionToken
 
 
 def format_option(name: str, value: str | int | bool | None) -> str:
-    """Format one option back into mount syntax (quoting values that hold commas)."""
+    """Format one option back into mount syntax, so that splitting it again gives the same value.
+
+    A parsed value keeps its quotes (``context="a,b"``) and so needs nothing; only a value
+    with a comma outside quotes (one built in code) is wrapped in quotes.
+    """
     if value is None or value is True:
         return name
     text = str(value)
-    if "," in text and not (text.startswith('"') and text.endswith('"')):
+    if _has_unquoted_comma(text):
         text = f'"{text}"'
     return f"{name}={text}"
+
+
+def _has_unquoted_comma(text: str) -> bool:
+    quoted = False
+    for char in text:
+        if char == '"':
+            quoted = not quoted
+        elif char == "," and not quoted:
+            return True
+    return False

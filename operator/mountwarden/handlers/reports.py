@@ -74,6 +74,12 @@ async def profiles_by_class(name: str, labels: kopf.Labels, **_) -> dict:
     return {name: labels[PROFILE_LABEL]}
 
 
+@kopf.index("storage.k8s.io", "v1", "storageclasses", labels={PROFILE_LABEL: kopf.PRESENT})
+async def lineages(name: str, labels: kopf.Labels, **_) -> dict:
+    """Each profile's StorageClasses, so that a profile's volumes are found without scanning every PV."""
+    return {labels[PROFILE_LABEL]: name}
+
+
 @kopf.index(*PROFILE)
 async def rollouts_under_way(name: str, status: kopf.Status, **_) -> dict:
     """Profiles whose rollout is not complete: their consumers mix old and new options on purpose."""
@@ -115,16 +121,15 @@ def report_view(spec: dict) -> NodeReportView | None:
     )
 
 
-def consumers_of(profile: str, claims_by_volume: kopf.Index, profiles_by_class: kopf.Index,
+def consumers_of(profile: str, lineages: kopf.Index, volumes_by_class: kopf.Index, claims_by_volume: kopf.Index,
                  pods_by_claim: kopf.Index) -> list[Consumer]:
     """Every (pod, PV) pair where the PV's class belongs to ``profile``."""
     consumers = []
-    for volume_name, store in claims_by_volume.items():
-        volume = next(iter(store))
-        if _one(profiles_by_class, volume["storageClass"]) != profile:
-            continue
-        for pod in pods_by_claim.get(volume["claim"], []):
-            consumers.append(Consumer(pod["uid"], pod["namespace"], pod["name"], pod["node"], volume_name))
+    for storage_class in lineages.get(profile, []):
+        for volume_name in volumes_by_class.get(storage_class, []):
+            volume = _one(claims_by_volume, volume_name)
+            for pod in pods_by_claim.get(volume["claim"], []) if volume else []:
+                consumers.append(Consumer(pod["uid"], pod["namespace"], pod["name"], pod["node"], volume_name))
     return consumers
 
 
@@ -142,13 +147,13 @@ def _reports(reports_by_node: kopf.Index, nodes: Iterable[str | None]) -> dict[s
 @retry_transient
 def assess_compliance(
     name: str, status: kopf.Status, meta: kopf.Meta, patch: kopf.Patch, memo: kopf.Memo,
-    contracts: kopf.Index, reports_by_node: kopf.Index, claims_by_volume: kopf.Index,
-    profiles_by_class: kopf.Index, pods_by_claim: kopf.Index, **_,
+    contracts: kopf.Index, reports_by_node: kopf.Index, claims_by_volume: kopf.Index, lineages: kopf.Index,
+    volumes_by_class: kopf.Index, pods_by_claim: kopf.Index, **_,
 ) -> None:
     contract = _one(contracts, name)
     if contract is None:
         return  # invalid spec: the Ready condition says why
-    consumers = consumers_of(name, claims_by_volume, profiles_by_class, pods_by_claim)
+    consumers = consumers_of(name, lineages, volumes_by_class, claims_by_volume, pods_by_claim)
     reports = _reports(reports_by_node, (c.node for c in consumers))
     now = datetime.now(UTC)
     compliance = ProfileCompliance.of([assess(c, contract, reports, now=now, stale_after=STALE_AFTER)
