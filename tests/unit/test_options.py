@@ -85,6 +85,7 @@ def test_unknown_option_without_near_name():
         ("accesspoint=ap-1", "is not an access point ID"),
         ("port=70000", "port must be between 0 and 65535"),
         ('_netdev,addr="', "unbalanced double quote"),
+        ("hard,=1", "has no option name before '='"),
     ],
 )
 def test_bad_values_name_the_option_and_the_fix(given, fragment):

@@ -148,6 +148,9 @@ class _Normalizer:
 
     def feed(self, name: str, value: str | None) -> None:
         token = name if value is None else f"{name}={value}"
+        if not name:
+            self.error(token, f"'{token}' has no option name before '=': remove it, or write name=value.")
+            return
         if value is not None and value.count('"') % 2:
             # It would swallow every option after it: the kernel parses mount data the same way.
             self.error(name, f"'{token}' has an unbalanced double quote: close it, or remove it.")
