@@ -40,6 +40,22 @@ echo
 kubectl get storageclass importer-scratch-v1 -o jsonpath='{.metadata.name}: {.mountOptions}{"\n"}'
 kubectl get storageclass upload-staging-v1 -o jsonpath='{.metadata.name}: {.mountOptions}{"\n"}'
 echo
+log "a PVC that keeps SQLite on the importer's NFS class: the admission webhook warns at apply time"
+kubectl create namespace data --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+kubectl label namespace data team=data --overwrite >/dev/null
+kubectl apply -f - <<'YAML'
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: importer-db
+  namespace: data
+  labels: {app: importer, mountwarden.io/contents: sqlite}
+spec:
+  accessModes: [ReadWriteMany]
+  storageClassName: importer-scratch-v1
+  resources: {requests: {storage: 5Gi}}
+YAML
+echo
 log "try it: export KUBECONFIG=$KUBECONFIG PATH=$MOUNTWARDEN_TESTBIN_DIR:\$PATH"
 echo "    kubectl patch sprof upload-staging --type merge -p '{\"spec\":{\"cachePolicy\":\"strict\"}}'"
 echo "    kubectl get sprof,sc"
