@@ -161,11 +161,6 @@ def _live_groups() -> dict[int, list[int]]:
     return groups
 
 
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes whose process group is `pgid`."""
-    return _live_groups().get(pgid, [])
-
-
 def processes_mentioning(text: str, executables: Iterable[str]) -> list[int]:
     """Live processes running one of `executables` (by base name) whose command line contains `text`.
 
