@@ -24,3 +24,19 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
     err_console.print(f"[bold red]error:[/] {message}")
     raise typer.Exit(code)
+
+
+def write_generated(files: dict, output_dir, *, check: bool, what: str, make_target: str) -> None:
+    """Write generated files into ``output_dir``, or with ``check`` exit 1 when any there is stale."""
+    import typer
+
+    stale = [name for name, text in files.items()
+             if not (output_dir / name).exists() or (output_dir / name).read_text() != text]
+    if check:
+        for name in stale:
+            err_console.print(f"[red]{output_dir / name} differs from the code: run `make {make_target}`.[/]")
+        raise typer.Exit(1 if stale else 0)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (output_dir / name).write_text(text)
+    err_console.print(f"wrote {len(files)} {what} to {output_dir}")

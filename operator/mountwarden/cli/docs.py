@@ -6,7 +6,7 @@ from typing import Annotated
 import typer
 
 from mountwarden.cli._app import app
-from mountwarden.cli._output import err_console
+from mountwarden.cli._output import write_generated
 
 METRICS_HEADER = "<!-- Generated from the metric definitions by `mountwarden docs` (make docs). Do not edit. -->\n\n"
 
@@ -68,14 +68,4 @@ def docs_command(
                                                          "ones; write nothing.")] = False,
 ) -> None:
     """Write the reference pages generated from the API models and the metric definitions."""
-    pages = rendered()
-    stale = [name for name, text in pages.items()
-             if not (output_dir / name).exists() or (output_dir / name).read_text() != text]
-    if check:
-        for name in stale:
-            err_console.print(f"[red]{output_dir / name} differs from the code: run `make docs`.[/]")
-        raise typer.Exit(1 if stale else 0)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    for name, text in pages.items():
-        (output_dir / name).write_text(text)
-    err_console.print(f"wrote {len(pages)} reference pages to {output_dir}")
+    write_generated(rendered(), output_dir, check=check, what="reference pages", make_target="docs")

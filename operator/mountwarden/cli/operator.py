@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 
 from mountwarden.cli._app import app
-from mountwarden.cli._output import err_console, fail
+from mountwarden.cli._output import fail, write_generated
 from mountwarden.handlers.config import WebhookMode
 
 #: Derived peering priorities fall in 1..PRIORITY_RANGE, above kopf's default of 0. An operator started by
@@ -54,16 +54,7 @@ def crds_command(
     if output_dir is None:
         typer.echo("---\n".join(documents.values()), nl=False)
         return
-    stale = [name for name, text in documents.items()
-             if not (output_dir / name).exists() or (output_dir / name).read_text() != text]
-    if check:
-        for name in stale:
-            err_console.print(f"[red]{output_dir / name} differs from the models: run `make crds`.[/]")
-        raise typer.Exit(1 if stale else 0)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    for name, text in documents.items():
-        (output_dir / name).write_text(text)
-    err_console.print(f"wrote {len(documents)} CRDs to {output_dir}")
+    write_generated(documents, output_dir, check=check, what="CRDs", make_target="crds")
 
 
 @app.command("operator")
