@@ -44,6 +44,8 @@ def rendered() -> dict[str, str]:
     """File name -> Markdown of every generated reference page."""
     from mountwarden.api import nodemountreport, storageprofile
     from mountwarden.api.docgen import model_reference
+    from mountwarden.core.kernelfacts import facts
+    from mountwarden.lab import factsdoc
 
     return {
         "storageprofile.md": model_reference(
@@ -57,6 +59,7 @@ def rendered() -> dict[str, str]:
             "by that node's agent: what is really mounted there.",
             nodemountreport.NodeMountReportSpec),
         "metrics.md": _metrics_reference(),
+        "kernel-behaviour.md": factsdoc.render(facts()),
     }
 
 

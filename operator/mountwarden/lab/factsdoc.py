@@ -1,0 +1,94 @@
+"""docs/reference/kernel-behaviour.md, rendered from the kernel lab's measured facts."""
+
+from mountwarden.core.kernelfacts import FACTS_FILE
+from mountwarden.core.options import kernel_io_size
+
+HEADER = (f"<!-- Generated from operator/mountwarden/core/{FACTS_FILE} by `mountwarden docs` (make docs); "
+          "measure again with `make kernel-facts`. Do not edit. -->\n\n")
+
+
+def _code(options) -> str:
+    text = ",".join(options) if isinstance(options, list) else str(options)
+    return f"`{text}`" if text else ""
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join(row) + " |" for row in rows), ""]
+
+
+def _option_value(options: list[str], name: str) -> str:
+    for option in options:
+        if option == name or option.startswith(f"{name}=") or option == f"no{name}":
+            return option
+    return "(not printed)"
+
+
+def render(facts: dict) -> str:
+    server = facts["server"]
+    lines = [
+        HEADER + "# Kernel behaviour, measured", "",
+        f"Measured on Linux `{facts['kernel']}` (Debian 12) in the kernel lab (`mountwarden lab`): the kernel's "
+        "own NFS client and server in one QEMU VM, each client an independent network namespace (its own "
+        f"NFS client, superblocks, caches and connections). The server offers rsize/wsize up to "
+        f"{server['max_block_size']} and grants no delegations, as EFS grants none. The kernel tests "
+        "(`tests/kernel`) assert the same facts on every `make test`.", "",
+        "## Which mounts share a superblock", "",
+        "Two mounts of one export through one client, the second differing in one option. A shared superblock "
+        "keeps the first mount's options: the second silently runs with them.", "",
+    ]
+    rows = []
+    for case in facts["superblock_sharing"]:
+        name = case["first"].split("=")[0].removeprefix("no")
+        runs_with = _option_value(case["second_effective"], name) if case["shared"] else "its own options"
+        rows.append([_code(case["first"]), _code(case["second"]), "**shared**" if case["shared"] else "separate",
+                     _code(runs_with) if case["shared"] else runs_with])
+    lines += _table(["first mount", "second mount", "superblock", "the second mount runs with"], rows)
+    nconnect = facts["nconnect"]
+    lines += [
+        "## nconnect", "",
+        f"One client, mounts asking nconnect={', '.join(map(str, nconnect['asked']))} in that order (different "
+        f"exports, so no superblock is shared): transports per mount (xprt lines in mountstats) "
+        f"{nconnect['transports']}, nconnect printed {nconnect['printed']}. The first mount to a server decides "
+        "the connections of every later mount of it.", "",
+        "## rsize and wsize", "",
+    ]
+    rows = []
+    for outcome in facts["io_sizes"]:
+        predicted = kernel_io_size(outcome["asked"], outcome["server_max"])
+        rows.append([str(outcome["asked"]), str(outcome["rsize"]), str(outcome["wsize"]), str(predicted)])
+    lines += _table(["asked (rsize=wsize=)", "kernel rsize", "kernel wsize", "mountwarden predicts"], rows)
+    lines += ["## What mountinfo and mountstats print", "",
+              "Each preset as a profile on EFS mounts it. Neither file prints an option at its default (`cto`, "
+              "`lookupcache=all`); mountinfo also leaves out the attribute-cache times at their defaults, which "
+              "mountstats always prints. The agent fills in the defaults.", ""]
+    rows = [[name, _code(printed["asked"]), _code(printed["mountinfo"]), _code(printed["mountstats"])]
+            for name, printed in facts["printed_options"].items()]
+    lines += _table(["preset", "asked", "mountinfo (superblock options)", "mountstats opts:"], rows)
+    lines += ["## Locks", "",
+              "Two clients mount with the same options; the first holds an exclusive POSIX lock, the second "
+              "tries to take it.", ""]
+    rows = [[f"NFSv{o['version']}", _code(o["options"]), "**granted**" if o["second_client_granted"] else "refused",
+             _code(o["effective_lock_options"])] for o in facts["locking"]]
+    lines += _table(["version", "options", "the second client's lock", "in effect"], rows)
+    seconds = facts["coherence_seconds"]
+    lines += ["## Cost and staleness per preset", "",
+              f"A writer on another client appends and closes every 0.25 s for {seconds:.0f} s; one reader "
+              "stat()s the path every 0.05 s, another open()s and fstat()s it. Staleness is the worst age of a "
+              "size a reader saw (from the close of the first write it had not seen). Cost is the RPCs of 50 "
+              "stat() calls 0.1 s apart, of 50 open()/close() pairs 0.1 s apart, and of `ls -l` of 50 files.", ""]
+    rows = []
+    for name, measured in facts["presets"].items():
+        coherence, cost = measured["coherence"], measured["cost"]
+        rows.append([name, _code(measured["options"]),
+                     f"{coherence['stat_by_path']['worst_seconds']:.2f} s",
+                     f"{coherence['open_fstat']['worst_seconds']:.2f} s",
+                     _ops(cost["stat_loop"]), _ops(cost["open_close_loop"]), _ops(cost["ls_l"])])
+    lines += _table(["preset", "mounted with", "stat() staleness", "open()+fstat() staleness", "50 stat()",
+                     "50 open()/close()", "ls -l of 50"], rows)
+    return "\n".join(lines)
+
+
+def _ops(counts: dict) -> str:
+    parts = [f"{name} {count}" for name, count in counts.items() if name != "total"]
+    return f"{counts['total']} ({', '.join(parts)})" if parts else "0"
