@@ -2,7 +2,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mountwarden.core.options import effective_value, layer, normalize, with_kernel_defaults
+from mountwarden.core.options import effective_value, kernel_io_size, layer, normalize, with_kernel_defaults
 from mountwarden.core.optiontable import OPTIONS, SPELLINGS
 
 
@@ -122,9 +122,11 @@ def test_noac_with_zero_times_is_consistent():
 @pytest.mark.parametrize(
     ("given", "fragment"),
     [
-        ("rsize=1000000", "rsize=1000000 is not a power of two: the kernel rounds it down to rsize=524288"),
+        # What the kernel does with each was measured in the lab: tests/kernel/test_io_sizes.py.
+        ("rsize=1000000", "rsize=1000000 is not a multiple of the page size (4096): the kernel uses rsize=999424"),
         ("wsize=4194304", "above the client's maximum: the kernel uses wsize=1048576"),
-        ("rsize=512", "below the client's minimum: the kernel uses rsize=1024"),
+        ("rsize=512", "below the client's minimum (1024), so its default applies: the kernel uses rsize=4096"),
+        ("wsize=4095", "below a page and not a power of two: the kernel uses wsize=2048"),
         ("intr", "ignored by the kernel since 2.6.25"),
         ("soft", "prefer hard"),
         ("sloppy", "typos pass silently"),
@@ -137,8 +139,20 @@ def test_adjusted_or_risky_values_are_warnings(given, fragment):
     assert any(fragment in problem.message for problem in result.warnings), result.warnings
 
 
-def test_power_of_two_sizes_are_quiet():
+def test_sizes_the_kernel_keeps_are_quiet():
+    # 516096 (504 KiB, the chunk size of a client benchmark on EFS) is a whole number of pages: kept.
     assert normalize("rsize=1048576,wsize=65536").warnings == ()
+    assert normalize("rsize=516096,wsize=516096").warnings == ()
+
+
+@pytest.mark.parametrize(
+    ("asked", "server_max", "used"),
+    [(516096, None, 516096), (1000, None, 4096), (512, None, 4096), (1048577, None, 1048576),
+     (2097152, None, 1048576), (4095, None, 2048), (65536, None, 65536), (1048576, 131072, 131072),
+     (1048576, 1000000, 999424)],
+)
+def test_kernel_io_size_predicts_what_the_lab_measured(asked, server_max, used):
+    assert kernel_io_size(asked, server_max) == used
 
 
 def test_observed_options_are_never_errors():

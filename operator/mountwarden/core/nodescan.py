@@ -2,17 +2,23 @@
 
 Inputs are the node's parsed mountinfo and mountstats (of one process in the
 host's mount namespace, normally pid 1). Mountinfo says what is mounted where and
-on which superblock; mountstats adds, for NFS, every option in effect and the RPC
-counters. Neither is keyed here by device or mount point alone: the same device
-and mount point can appear twice (a mount over a mount), so the n-th mountstats
-block of a mount point belongs to the n-th mountinfo line of that mount point
-(both files walk the same mount list in the same order).
+on which superblock; mountstats adds, for NFS, the attribute-cache times mountinfo
+leaves out when they are the defaults, and the RPC counters (neither prints options
+at their defaults such as cto or lookupcache=all: those are filled in here; what each
+prints was measured in the kernel lab, docs/reference/kernel-behaviour.md). Neither is
+keyed here by device or mount point alone: the same device and mount point can appear
+twice (a mount over a mount), so the n-th mountstats block of a mount point belongs to
+the n-th mountinfo line of that mount point (both files walk the same mount list in
+the same order).
 
-Two kernel facts shape the result:
+Two kernel facts shape the result, both measured in the kernel lab (tests/kernel):
 
-- Mounts with the same superblock (``major:minor``) share one set of options:
-  a superblock keeps the options of the mount that created it, so a later mount
-  may silently run with someone else's options (``nosharecache`` opts out).
+- Mounts with the same superblock (``major:minor``) share one set of options. The
+  kernel gives a later mount through the same client the existing superblock when
+  the options it compares are equal (ro, sync, rsize/wsize, the ac* times,
+  lookupcache, cto, hard/soft, rdirplus...), and does not compare timeo, retrans,
+  resvport or nconnect: a later mount that differs only in those silently runs
+  with the first mount's values. ``nosharecache`` opts out.
 - Mounts to the same server share one NFS client, and ``nconnect`` is fixed by
   the first of them (fs/nfs/client.c, nfs_match_client: version, transport,
   address and port, TLS policy); a later mount's nconnect is ignored.
@@ -511,7 +517,8 @@ def _superblock_shared(volume: VolumeObservation, drift: list[Finding]) -> Volum
         remedy=(
             "Restart or move the other consumer(s) off this node so that the superblock goes away with its "
             "last mount, then restart this pod; or declare nosharecache so that this volume gets a "
-            "superblock of its own."
+            "superblock of its own (nfs(5) calls that a data risk: multiple cached copies of the same file on "
+            "one client can become out of sync after a local update of one of them)."
         ),
         other_mounts=others,
     )

@@ -32,8 +32,10 @@ from mountwarden.core.optiontable import (
     exclusive_group,
 )
 
-MAX_IO_SIZE = 1024 * 1024
-MIN_IO_SIZE = 1024
+MAX_IO_SIZE = 1024 * 1024  # NFS_MAX_FILE_IO_SIZE
+MIN_IO_SIZE = 1024  # NFS_MIN_FILE_IO_SIZE
+DEFAULT_IO_SIZE = 4096  # NFS_DEF_FILE_IO_SIZE: what a size below the minimum becomes
+PAGE_SIZE = 4096  # x86_64 and arm64 with 4 KiB pages
 ACCESS_POINT_ID = re.compile(r"^fsap-[0-9a-f]{8,40}$")
 
 
@@ -244,13 +246,19 @@ class _Normalizer:
         return number
 
     def check_io_size(self, name: str, size: int) -> None:
+        used = kernel_io_size(size)
+        if used == size:
+            return
         if size > MAX_IO_SIZE:
-            self.warn(name, f"{name}={size} is above the client's maximum: the kernel uses {name}={MAX_IO_SIZE}.")
+            why = "is above the client's maximum"
         elif size < MIN_IO_SIZE:
-            self.warn(name, f"{name}={size} is below the client's minimum: the kernel uses {name}={MIN_IO_SIZE}.")
-        elif size & (size - 1):
-            rounded = 1 << (size.bit_length() - 1)
-            self.warn(name, f"{name}={size} is not a power of two: the kernel rounds it down to {name}={rounded}.")
+            why = f"is below the client's minimum ({MIN_IO_SIZE}), so its default applies"
+        elif size < PAGE_SIZE:
+            why = "is below a page and not a power of two"
+        else:
+            why = f"is not a multiple of the page size ({PAGE_SIZE})"
+        self.warn(name, f"{name}={size} {why}: the kernel uses {name}={used} (over TCP; the server may "
+                        "lower it further to its own maximum).")
 
     def text(self, spec: OptionSpec, value: str, token: str) -> None:
         if spec.name == "sec":
@@ -312,6 +320,10 @@ class _Normalizer:
         if options.get("soft") or options.get("softerr"):
             self.warn("soft", "soft/softerr turn server timeouts into I/O errors that applications rarely handle: "
                               "prefer hard unless the workload tolerates failed writes.")
+        if str(options.get("vers", "")).startswith("4") and (options.get("lock") is False
+                                                             or options.get("local_lock") not in (None, "none")):
+            self.warn("lock", "NFSv4 ignores nolock and local_lock: locks always reach the server (the kernel "
+                              "shows local_lock=none). Remove them, or use vers=3 if locks must stay local.")
         if options.get("sloppy"):
             self.warn("sloppy", "'sloppy' makes mount.nfs drop options it does not know, so typos pass silently: remove it.")
 
@@ -324,6 +336,27 @@ def _example(spec: OptionSpec) -> str:
     return {"addr": "addr=10.0.0.5", "sec": "sec=sys", "accesspoint": "accesspoint=fsap-0123456789abcdef0"}.get(
         spec.name, f"{spec.name}=..." if spec.kind is Kind.TEXT else f"{spec.name}=1"
     )
+
+
+def kernel_io_size(asked: int, server_max: int | None = None) -> int:
+    """The rsize/wsize the Linux NFS client (6.1, TCP) uses for ``asked``, as the kernel lab measured it.
+
+    Below 1024 it takes its default of 4096; above 1 MiB it takes 1 MiB; below a page it rounds
+    down to a power of two (4095 -> 2048); otherwise down to a whole number of pages (516096, 504
+    KiB, is kept). A server whose maximum is lower negotiates it down to that maximum, sized the
+    same way. Measured in tests/kernel/test_io_sizes.py.
+    """
+    if asked < MIN_IO_SIZE:
+        size = DEFAULT_IO_SIZE
+    elif asked >= MAX_IO_SIZE:
+        size = MAX_IO_SIZE
+    elif asked < PAGE_SIZE:
+        size = 1 << (asked.bit_length() - 1)
+    else:
+        size = asked - asked % PAGE_SIZE
+    if server_max is not None and server_max < size:
+        return kernel_io_size(server_max)
+    return size
 
 
 def normalize(options: str | Iterable[str] | None, *, observed: bool = False) -> NormalizedOptions:

@@ -100,7 +100,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
     _spec("port", Kind.NUMBER, NFS, IDENTITY, "Server port for NFS (0: ask rpcbind; EFS over TLS shows the local stunnel port).",
           minimum=0, maximum=65535),
     _spec("nconnect", Kind.NUMBER, NFS, PERFORMANCE, "TCP connections to the server for this client.",
-          "Spreads load past the ~5 Gbit/s cap of one flow on EC2; fixed per server: a later mount's value is ignored.",
+          "Spreads load past the ~5 Gbit/s cap of one flow on EC2; fixed per client: a later mount of the same "
+          "server (same version, transport and address) shares the first mount's connections and its own "
+          "value is ignored (kernel lab).",
           minimum=1, maximum=16, default=1),
     _spec("max_connect", Kind.NUMBER, NFS, PERFORMANCE, "Upper bound on transports added by session trunking.",
           minimum=1, maximum=16, default=1),
@@ -115,11 +117,15 @@ OPTIONS: tuple[OptionSpec, ...] = (
     _spec("softerr", Kind.FLAG, NFS, DURABILITY, "Like soft, but fail with ETIMEDOUT.",
           "As soft: timeouts become errors."),
     _spec("timeo", Kind.NUMBER, NFS, DURABILITY, "Time before the first retransmission, in tenths of a second (600 = 60 s on TCP).",
-          "Lower values retransmit into a congested server; EFS recommends 600.", minimum=1, maximum=_U32, default=600),
+          "Lower values retransmit into a congested server; EFS recommends 600. Not compared when mounts share a "
+          "superblock: a later mount that differs only in timeo runs with the first one's (kernel lab).",
+          minimum=1, maximum=_U32, default=600),
     _spec("retrans", Kind.NUMBER, NFS, DURABILITY, "Retransmissions before a major timeout (and, with soft, an error).",
-          minimum=0, maximum=_U32, default=2),
+          "Not compared when mounts share a superblock: a later mount that differs only in retrans runs with "
+          "the first one's (kernel lab).", minimum=0, maximum=_U32, default=2),
     _spec("resvport", Kind.SWITCH, NFS, PERFORMANCE, "Use a privileged source port (noresvport: any port).",
-          "noresvport lets the client reconnect on a new port after a network blip; EFS recommends it.",
+          "noresvport lets the client reconnect on a new port after a network blip; EFS recommends it. "
+          "Not compared when mounts share a superblock: a later mount runs with the first one's (kernel lab).",
           negation="noresvport", default=True),
     _spec("acregmin", Kind.NUMBER, NFS, CONSISTENCY, _ATTR_CACHE + " (lower bound, regular files).",
           "0 makes every stat a GETATTR round trip (metered as 4 KiB each on EFS).", minimum=0, maximum=_U32, default=3),
@@ -140,21 +146,30 @@ OPTIONS: tuple[OptionSpec, ...] = (
     _spec("lookupcache", Kind.CHOICE, NFS, CONSISTENCY, "Which directory-entry lookups are cached: all, positive (pos) or none.",
           "none revalidates every path component on every open (a LOOKUP round trip each); positive "
           "keeps hits but sees newly created files at once.", choices=("all", "none", "positive"), default="all"),
-    _spec("cto", Kind.SWITCH, NFS, CONSISTENCY, "Close-to-open consistency (nocto: skip the GETATTR on open).",
-          "With cto, a file opened after another client closed it shows that client's writes; nocto is only "
-          "safe for data nobody changes.", negation="nocto", default=True),
+    _spec("cto", Kind.SWITCH, NFS, CONSISTENCY, "Close-to-open consistency (nocto: skip the revalidation on open).",
+          "With cto, a file opened after another client closed it shows that client's writes. On NFSv4 without "
+          "a delegation (EFS grants none) every open() is an OPEN round trip that returns fresh attributes, so "
+          "nocto saves no round trip and open()+fstat() stays fresh; stat() by path is unaffected either way "
+          "(kernel lab).", negation="nocto", default=True),
     _spec("sync", Kind.SWITCH, VFS, DURABILITY, "Write synchronously: every write() waits for the server (async: the default).",
           "Multiplies write latency by the round trip. It does not refresh another client's cache: readers "
           "still see what their attribute cache allows.", negation="async", default=False),
     _spec("lock", Kind.SWITCH, NFS, CONSISTENCY, "Send POSIX locks to the server (nolock: keep them local to this client).",
-          "nolock lets two clients hold the same lock: corrupts SQLite and anything that relies on locks.",
+          "On NFSv3, nolock lets two clients hold the same lock: corrupts SQLite and anything that relies on "
+          "locks. On NFSv4 the kernel ignores nolock: locks always reach the server (kernel lab).",
           negation="nolock", default=True),
     _spec("local_lock", Kind.CHOICE, NFS, CONSISTENCY, "Which lock types stay local: none, flock, posix or all.",
-          "all or posix means other clients do not see this client's locks.",
+          "On NFSv3, all or posix means other clients do not see this client's locks. On NFSv4 the kernel "
+          "ignores it and shows local_lock=none (kernel lab).",
           choices=("none", "flock", "posix", "all"), default="none"),
     _spec("acl", Kind.SWITCH, NFS, IDENTITY, "Use the NFSACL side protocol (NFSv3).", negation="noacl", default=True),
     _spec("sharecache", Kind.SWITCH, NFS, CONSISTENCY, "Share one superblock and cache between mounts of the same export.",
-          "With sharecache (the default) a second mount of the same export silently keeps the first one's options.",
+          "With sharecache (the default) a later mount of the same export through the same client shares the "
+          "first mount's superblock when they differ only in timeo, retrans, resvport or nconnect, and silently "
+          "runs with the first one's values; a difference in ro, sync, rsize/wsize, the ac* times, lookupcache, "
+          "cto, hard/soft or rdirplus gives it a superblock of its own (kernel lab). nosharecache always does, "
+          "and nfs(5) calls that a data risk: multiple cached copies of the same file on one client can "
+          "become out of sync after a local update of one of them.",
           negation="nosharecache", default=True),
     _spec("rdirplus", Kind.SWITCH, NFS, PERFORMANCE, "Use READDIRPLUS to fetch attributes with directory listings.",
           negation="nordirplus", default=True),
