@@ -20,6 +20,7 @@ from prometheus_client import start_http_server
 
 from mountwarden.adapters.procreader import ProcRoot
 from mountwarden.agent.metrics import AgentMetrics
+from mountwarden.agent.probe import DEFAULT_PROBE_TIMEOUT_SECONDS, ServerProbe
 from mountwarden.agent.report import RefusedWrite, WriteOutcome, report_body
 from mountwarden.agent.scan import SqliteScanner, scan_node_report
 from mountwarden.api.nodemountreport import NodeMountReportSpec
@@ -36,6 +37,8 @@ class AgentSettings:
     interval_seconds: float
     #: 0 serves no metrics.
     metrics_port: int
+    #: How long a scan waits for each NFS server's statvfs() probe; 0 probes nothing.
+    probe_timeout_seconds: float = DEFAULT_PROBE_TIMEOUT_SECONDS
 
 
 class ReportSink(Protocol):
@@ -80,6 +83,7 @@ class Agent:
         self.metrics = metrics or AgentMetrics(settings.node_name)
         self.sqlite_scan = sqlite_scan
         self.proc = ProcRoot(settings.proc_root)
+        self.probe = ServerProbe(self.proc, settings.probe_timeout_seconds) if settings.probe_timeout_seconds else None
 
     def step(self) -> bool:
         """Scan once and hand the report to the sink; False when either failed (logged and counted)."""
@@ -90,6 +94,7 @@ class Agent:
                 kubelet_root=self.settings.kubelet_root,
                 network_fstypes=self.settings.network_fstypes,
                 sqlite_scan=self.sqlite_scan,
+                probe=self.probe,
             )
         except Exception:  # any failure of one scan: the next one may succeed
             log.exception("scan of %s failed", self.settings.proc_root)

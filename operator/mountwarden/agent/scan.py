@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 
 from mountwarden import __version__
 from mountwarden.adapters.procreader import ProcRoot
+from mountwarden.agent.probe import ServerProbe
 from mountwarden.api.nodemountreport import (
     MountedVolume,
     NodeMountReportSpec,
@@ -107,9 +108,13 @@ def _operation_summary(totals: OperationTotals) -> OperationSummary:
     )
 
 
-def mounted_volume(volume: NodeVolume) -> MountedVolume:
+def mounted_volume(volume: NodeVolume, server_responding: bool | None = None) -> MountedVolume:
     """A scanned volume in the report's shape, with its busiest operations only."""
     busiest = list(volume.operations.items())[:MAX_REPORTED_OPERATIONS]
+    notes = list(volume.notes)
+    if server_responding is False:
+        notes.append(f"{volume.server or 'the server'} did not answer a statvfs() probe: processes using this "
+                     "volume block until it answers (hard) or get I/O errors (soft).")
     return MountedVolume(
         pod_uid=volume.pod_uid,
         volume_name=volume.volume_name,
@@ -127,7 +132,8 @@ def mounted_volume(volume: NodeVolume) -> MountedVolume:
         nfs_version=volume.nfs_version,
         connections=volume.connections,
         server_mounts=volume.server_mounts,
-        notes=list(volume.notes),
+        server_responding=server_responding,
+        notes=notes,
         operations={name: _operation_summary(totals) for name, totals in busiest},
     )
 
@@ -165,6 +171,7 @@ def scan_node_report(
     kubelet_root: str,
     network_fstypes: Sequence[str],
     sqlite_scan: SqliteScanner | None = None,
+    probe: ServerProbe | None = None,
     now: datetime | None = None,
 ) -> ScanResult:
     """One scan of the node, as the NodeMountReport spec the agent writes.
@@ -174,6 +181,11 @@ def scan_node_report(
     """
     started = time.perf_counter()
     scan = scan_proc_root(proc, kubelet_root=kubelet_root, network_fstypes=network_fstypes)
+    responding = probe.check([m for m in scan.network_mounts if m.kubelet is not None]) if probe else {}
+    for superblock, answered in responding.items():
+        if not answered:
+            log.warning("the server of superblock %s did not answer a statvfs() probe in %.0f s", superblock,
+                        probe.timeout)
     sqlite = list(sqlite_scan(proc, scan.network_mounts)) if sqlite_scan is not None else []
     for volume in scan.volumes:
         for note in volume.notes:
@@ -183,7 +195,7 @@ def scan_node_report(
         scan_time=now or datetime.now(UTC),
         agent_version=__version__,
         network_fstypes=list(network_fstypes),
-        volumes=[mounted_volume(volume) for volume in scan.volumes],
+        volumes=[mounted_volume(volume, responding.get(volume.superblock)) for volume in scan.volumes],
         sqlite=sqlite,
         skipped_lines=scan.skipped_lines,
     )

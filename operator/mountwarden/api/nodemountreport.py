@@ -55,6 +55,10 @@ class MountedVolume(ApiModel):
     server_mounts: int = Field(
         default=1, ge=1, description="Mounts on this node to the same server: nconnect is fixed by the first one."
     )
+    server_responding: bool | None = Field(
+        default=None, description="Whether the server answered the agent's statvfs() probe within its timeout at "
+                                   "the last scan (null: not probed). A hard mount of a server that does not "
+                                   "answer blocks every process that touches it.")
     notes: list[str] = Field(
         default_factory=list, description="What the agent noticed, e.g. an EFS TLS tunnel or a wrapped counter."
     )

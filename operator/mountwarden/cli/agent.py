@@ -62,6 +62,10 @@ def agent_command(
     kubeconfig: Annotated[str | None, typer.Option(
         "--kubeconfig", envvar="KUBECONFIG", metavar="FILE",
         help="Outside a cluster: the kubeconfig to use (in a pod, the service account is).")] = None,
+    probe_timeout: Annotated[float, typer.Option(
+        "--probe-timeout", min=0, metavar="SECONDS",
+        help="How long each scan waits for every NFS server to answer one statvfs() of its superblock; a server "
+             "that does not is reported (serverResponding: false). 0 probes nothing.")] = 5.0,
     once: Annotated[bool, typer.Option(
         "--once", help="Scan and write once, then exit (1 when the scan or the write failed); no metrics server.")
     ] = False,
@@ -121,6 +125,7 @@ def agent_command(
         network_fstypes=_fstypes(network_fstypes),
         interval_seconds=interval,
         metrics_port=0 if once else metrics_port,
+        probe_timeout_seconds=probe_timeout,
     )
     sink: ReportSink
     if dry_run:
