@@ -32,6 +32,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "rollout": (["bench/rollout.py"], ["bench/rollout.py", "--deployments", "4"]),
     "scale": (["bench/scale.py"], ["bench/scale.py", "--pvs", "500", "--pods", "2000", "--nodes", "10",
                                    "--touched", "100"]),
+    "lab": (["bench/lab.py"], ["bench/lab.py", "--boots", "1", "--skip-cold"]),
 }
 
 #: The figures a script can find by name, and the benchmark that measures each.
@@ -42,6 +43,9 @@ HEADLINE = {
     "operator_rss_mib": "scale",
     "agent_scan_cpu_ms": "agent",
     "cloudwatch_requests_per_interval": "cloudwatch",
+    "lab_build_cold_s": "lab",
+    "lab_boot_s_median": "lab",
+    "lab_try_4_mounts_s": "lab",
 }
 
 

@@ -1,0 +1,71 @@
+"""Each preset's cost and staleness, measured on the real client, as a profile on EFS mounts it.
+
+Cost: the RPCs of a paced stat() loop, `ls -l` of 50 files and a paced open()/close() loop.
+Staleness: the upload-service race, a writer on another client appending and closing every
+0.25 s while one reader stat()s the path and another open()s and fstat()s (the server grants
+no delegations, as EFS grants none). The figures quoted by `options presets` and the docs come
+from `make kernel-facts`, which runs the same experiments.
+"""
+
+import pytest
+
+from mountwarden.lab.experiments import (
+    COHERENCE_SECONDS,
+    measure_coherence,
+    measure_cost,
+    preset_mount_options,
+)
+
+
+@pytest.fixture(scope="module")
+def measured(lab):
+    results = {}
+    for preset in ("strict", "coherent", "cached", "read-only"):
+        options = preset_mount_options(preset)
+        results[preset] = {"cost": measure_cost(lab, options), "coherence": measure_coherence(lab, options)}
+    return results
+
+
+def worst(measured, preset, reader):
+    return measured[preset]["coherence"][reader]["worst_seconds"]
+
+
+def test_strict_is_never_stale_and_pays_a_round_trip_per_path_component(measured):
+    assert worst(measured, "strict", "stat_by_path") == 0.0
+    assert worst(measured, "strict", "open_fstat") == 0.0
+    stat_loop = measured["strict"]["cost"]["stat_loop"]
+    calls = measured["strict"]["cost"]["paced_calls"]
+    # lookupcache=none and actimeo=0: every stat() revalidates each component of the path.
+    assert stat_loop["GETATTR"] >= calls and stat_loop["LOOKUP"] >= calls, stat_loop
+
+
+def test_coherent_keeps_stat_by_path_stale_for_seconds(measured):
+    # acregmin=acregmax=3: the window in which the upload service read a cached size.
+    assert 1.0 <= worst(measured, "coherent", "stat_by_path") <= 3.0 + 1.5
+    # close-to-open: an open() after the writer's close() sees its size.
+    assert worst(measured, "coherent", "open_fstat") == 0.0
+
+
+def test_cached_keeps_stat_by_path_stale_for_the_whole_run_but_open_is_fresh(measured):
+    assert worst(measured, "cached", "stat_by_path") >= COHERENCE_SECONDS / 2
+    assert worst(measured, "cached", "open_fstat") == 0.0
+    stat_loop = measured["cached"]["cost"]["stat_loop"]
+    assert stat_loop.get("GETATTR", 0) <= 2, stat_loop
+
+
+def test_nocto_does_not_make_open_stale_on_nfsv4_without_delegations(measured):
+    # read-only is nocto, yet every open() is an OPEN round trip that brings fresh attributes back.
+    assert worst(measured, "read-only", "open_fstat") == 0.0
+    assert worst(measured, "read-only", "stat_by_path") >= COHERENCE_SECONDS / 2
+    open_loop = measured["read-only"]["cost"]["open_close_loop"]
+    assert open_loop["total"] >= measured["read-only"]["cost"]["paced_calls"], open_loop
+
+
+def test_sync_on_the_writer_does_not_refresh_a_readers_cache(lab):
+    # sync makes the writer wait for the server; the reader's attribute cache still decides what it sees.
+    writer = lab.mount("vers=4.1,sync")
+    stat_reader = lab.mount("vers=4.1,acregmin=3,acregmax=3")
+    open_reader = lab.mount("vers=4.1,acregmin=3,acregmax=3")
+    result = lab.workload("coherence", writer, stat_reader, open_reader, str(COHERENCE_SECONDS),
+                          timeout=COHERENCE_SECONDS + 120)
+    assert result["stat_by_path"]["worst_seconds"] >= 1.0, result
