@@ -104,6 +104,8 @@ def _operation_summary(totals: OperationTotals) -> OperationSummary:
         avg_rtt_ms=totals.avg_rtt_ms,
         avg_execute_ms=totals.avg_execute_ms,
         avg_queue_ms=totals.avg_queue_ms,
+        bytes_sent=totals.bytes_sent,
+        bytes_received=totals.bytes_received,
     )
 
 
@@ -129,6 +131,7 @@ def mounted_volume(volume: NodeVolume) -> MountedVolume:
         server_mounts=volume.server_mounts,
         notes=list(volume.notes),
         operations={name: _operation_summary(totals) for name, totals in busiest},
+        age_seconds=volume.age_seconds,
     )
 
 
