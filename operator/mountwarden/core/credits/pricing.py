@@ -40,7 +40,7 @@ from mountwarden.core.credits.metering import ELASTIC_DATA_MINIMUM_BYTES, Reques
 from mountwarden.core.credits.series import EfsMetric, Sample
 from mountwarden.core.credits.units import GIB, MIB, format_bytes
 
-#: Hours in a billing month, as AWS's pricing examples count them (365 x 24 / 12).
+#: Hours in an average month (365 x 24 / 12): what a monthly figure is scaled to.
 HOURS_PER_MONTH = 730
 SECONDS_PER_MONTH = HOURS_PER_MONTH * 3600
 ELASTIC_METADATA_MINIMUM_BYTES = metered_bytes(RequestKind.METADATA, 0)
