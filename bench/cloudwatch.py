@@ -13,7 +13,7 @@ import argparse
 import json
 import os
 import socket
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 from moto.server import ThreadedMotoServer
@@ -25,10 +25,11 @@ from mountwarden.adapters.aws import (
     make_clients,
     plan_metric_queries,
 )
-from mountwarden.core.credits import GIB, ThroughputMode
+from mountwarden.core.credits import DEFAULT_HISTORY, GIB, ThroughputMode
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
-WINDOW = timedelta(hours=24)
+#: What the operator fetches by default (creditWatch.windowHours): two whole days.
+WINDOW = DEFAULT_HISTORY
 
 
 def free_port() -> int:

@@ -16,8 +16,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import boto3
+from tests.credit_scenarios import PERIOD as SCENARIO_PERIOD
+from tests.credit_scenarios import Scenario
 
-from mountwarden.core.credits import GIB, MIB, TIB
+from mountwarden.core.credits import GIB, MIB, TIB, EfsMetric
 
 REGION = "us-east-1"
 PERIOD = 300
@@ -133,3 +135,46 @@ def seed(moto: MotoServer, now: datetime) -> dict[str, str]:
     put_series(cloudwatch, fs, "PermittedThroughput", [100 * MIB] * POINTS, now)
     put_series(cloudwatch, fs, "MeteredIOBytes", [0.1 * MIB * PERIOD] * POINTS, now)
     return ids
+
+
+#: Metrics whose requests are counted (SampleCount): put as StatisticValues, so both Sum and SampleCount answer.
+_COUNTED = {
+    EfsMetric.DATA_READ_IO_BYTES: EfsMetric.DATA_READ_OPS,
+    EfsMetric.DATA_WRITE_IO_BYTES: EfsMetric.DATA_WRITE_OPS,
+    EfsMetric.METADATA_IO_BYTES: EfsMetric.METADATA_OPS,
+}
+_PLAIN = (EfsMetric.BURST_CREDIT_BALANCE, EfsMetric.PERMITTED_THROUGHPUT, EfsMetric.METERED_IO_BYTES,
+          EfsMetric.PERCENT_IO_LIMIT)
+
+
+def seed_scenario(moto: MotoServer, scenario: Scenario, now: datetime) -> str:
+    """A Bursting file system holding ``scenario``'s series, the newest period ending at ``now``.
+
+    Each point is stamped in the middle of its period, so that it stays in its bucket whichever
+    StartTime a query counts buckets from (the CLI's "now" is a few seconds later than this one).
+    moto reports no size (SizeInBytes 0): the size is the StorageBytes (Standard) metric, as for
+    the seed above.
+    """
+    fs_id = create_file_system(moto, scenario.name)
+    cloudwatch = boto(moto, "cloudwatch")
+    dimensions = [{"Name": "FileSystemId", "Value": fs_id}]
+    data = []
+    for metric in _PLAIN:
+        for before_end, value in scenario.series[metric]:
+            data.append({"MetricName": metric.value, "Dimensions": dimensions, "Value": value,
+                         "Timestamp": now - timedelta(seconds=before_end - SCENARIO_PERIOD / 2)})
+    for metric, counted in _COUNTED.items():
+        for (before_end, total), (_, requests) in zip(scenario.series[metric], scenario.series[counted], strict=True):
+            if requests <= 0:
+                continue  # CloudWatch has no point for a period without requests
+            size = total / requests
+            data.append({"MetricName": metric.value, "Dimensions": dimensions,
+                         "Timestamp": now - timedelta(seconds=before_end - SCENARIO_PERIOD / 2),
+                         "StatisticValues": {"SampleCount": requests, "Sum": total, "Minimum": size, "Maximum": size}})
+    for hours_before in range(0, scenario.hours, 6):
+        data.append({"MetricName": "StorageBytes", "Value": scenario.size_gib * GIB,
+                     "Dimensions": [*dimensions, {"Name": "StorageClass", "Value": "Standard"}],
+                     "Timestamp": now - timedelta(hours=hours_before, minutes=30)})
+    for start in range(0, len(data), 500):
+        cloudwatch.put_metric_data(Namespace="AWS/EFS", MetricData=data[start : start + 500])
+    return fs_id

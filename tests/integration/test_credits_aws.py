@@ -23,6 +23,14 @@ import boto3
 import pytest
 from botocore.awsrequest import AWSResponse
 from botocore.stub import ANY, Stubber
+from tests.credit_scenarios import (
+    HOUR,
+    healthy_cycle,
+    nightly_drain,
+    slow_drain,
+    trap,
+    trap_after_steady_load,
+)
 from tests.integration.moto_server import (
     POINTS,
     WINDOW,
@@ -31,6 +39,7 @@ from tests.integration.moto_server import (
     boto,
     create_file_system,
     seed,
+    seed_scenario,
 )
 
 from mountwarden.adapters.aws import (
@@ -128,7 +137,7 @@ def test_provisioned_facts_and_an_unknown_file_system(moto_server):
     assert alone.reason is ProblemReason.FILE_SYSTEM_NOT_FOUND
 
 
-def test_100_file_systems_cost_2_get_metric_data_calls(moto_server):
+def test_100_file_systems_cost_a_handful_of_get_metric_data_calls(moto_server):
     efs = boto(moto_server, "efs")
     ids = [efs.create_file_system(CreationToken=f"fs{n}")["FileSystemId"] for n in range(100)]
     clients = make_clients(region=moto_server.region, endpoint_url=moto_server.endpoint_url)
@@ -145,15 +154,17 @@ def test_100_file_systems_cost_2_get_metric_data_calls(moto_server):
     found = fetch_credit_series(clients, ids, timedelta(hours=24), aligned_now())
 
     assert len(found) == 100 and all(isinstance(value, CreditSeries) for value in found.values())
-    # moto reports no size, so each file system also needs the StorageBytes fallback: 7 x 288 + 24
-    # points each, 204,000 in all, more than two answers of 100,800 hold: 3 calls.
+    # 11 queries each: 7 at 5-minute points (288 a day), 3 request counts and moto's StorageBytes fallback
+    # (moto reports no size) at hourly points (24): 2,112 points each. 1,100 queries, 500 a call at most
+    # (500 queries hold 96,480 points, under the 100,800 of an answer): 3 calls.
     assert len(sent) == 3 == clients.calls.get_metric_data
-    assert queries_per_call == [394, 394, 12]
+    assert queries_per_call == [500, 500, 100]
     assert clients.calls.describe_file_systems == 1  # one page of 100 when listing
-    # With sizes known, as real EFS reports them: 700 queries of 288 points, 2 calls that never page.
+    # With sizes known, as real EFS reports them, over the default two days: 10 queries and 7 x 576 +
+    # 3 x 48 = 4,176 points each, 24 file systems (and one query more) to an answer: 5 calls that never page.
     sized = [FileSystemFacts(fs_id, ThroughputMode.BURSTING, 20 * GIB, None) for fs_id in ids]
-    batches = batch_queries(plan_metric_queries(sized), timedelta(hours=24))
-    assert [len(batch) for batch in batches] == [350, 350]
+    batches = batch_queries(plan_metric_queries(sized), timedelta(hours=48))
+    assert [len(batch) for batch in batches] == [241, 241, 241, 241, 36]
 
 
 # -- what moto cannot do: paging, throttling, denial -------------------------------------------------------
@@ -373,3 +384,85 @@ def test_cli_watch_serves_several_file_systems_per_round(moto_server):
     )  # fmt: skip
     assert table.returncode == 2
     assert ids["healthy"] in table.stdout and "FileSystemNotFound" in table.stdout
+
+
+# -- the scenarios of a day's cycle, through the CLI at its default window (48 h) ------------------------------
+
+
+def forecast_json(moto: MotoServer, file_system_id: str, *extra: str) -> tuple[int, dict]:
+    done = cli("forecast", "--file-system-id", file_system_id, "--region", moto.region,
+               "--endpoint-url", moto.endpoint_url, "--json", *extra)
+    assert done.returncode in (0, 1), done.stderr
+    return done.returncode, json.loads(done.stdout)
+
+
+def test_cli_reads_a_nightly_drain_as_draining_and_a_healthy_cycle_as_healthy(moto_server):
+    now = aligned_now()
+    # Both jobs ended 6 hours ago: now the balance rises at the baseline, as in the middle of a day.
+    nightly = seed_scenario(moto_server, nightly_drain(job_ends_before_end=6 * HOUR), now)
+    healthy = seed_scenario(moto_server, healthy_cycle(job_ends_before_end=6 * HOUR), now)
+
+    code, document = forecast_json(moto_server, nightly)
+    assert code == 1
+    assert document["state"] == "Draining"
+    assert document["slope_bytes_per_second"] > 0  # the newest hour rises: only days see the drain
+    assert document["net_change_per_day_bytes"] / GIB == pytest.approx(-597.7, rel=0.01)
+    assert document["time_to_empty_basis"] == "day-over-day"
+    at_net_rate = document["balance_bytes"] / (-document["net_change_per_day_bytes"] / 86400)
+    assert document["time_to_empty_seconds"] == pytest.approx(at_net_rate)
+    assert document["history_seconds"] == pytest.approx(48 * 3600, abs=600)
+
+    code, document = forecast_json(moto_server, healthy)
+    assert code == 0
+    assert document["state"] == "Healthy"
+    assert abs(document["net_change_per_day_bytes"]) < GIB
+    assert document["time_to_empty_seconds"] is None
+
+    # A day of history holds one job and no day to compare it with: the drain is invisible.
+    code, document = forecast_json(moto_server, nightly, "--window", "24h")
+    assert (code, document["state"], document["net_change_per_day_bytes"]) == (0, "Healthy", None)
+
+
+def test_cli_reads_a_slow_multi_day_drain_at_its_net_rate(moto_server):
+    slow = seed_scenario(moto_server, slow_drain(), aligned_now())
+    code, document = forecast_json(moto_server, slow)
+    assert (code, document["state"], document["time_to_empty_basis"]) == (1, "Draining", "day-over-day")
+    assert document["net_change_per_day_bytes"] == pytest.approx(-0.6 * MIB * 86400, rel=0.005)
+    assert document["time_to_empty_seconds"] / 86400 == pytest.approx(27.4, abs=0.2)
+
+
+def test_cli_advises_elastic_with_its_cost_in_the_trap(moto_server):
+    importer = seed_scenario(moto_server, trap(), aligned_now())
+    code, document = forecast_json(moto_server, importer)
+    assert (code, document["state"]) == (1, "Trap")
+    advice = document["recommendation"]
+    assert advice["mode"] == "elastic"
+    assert advice["basis"] is None and advice["provisioned_mibps"] is None
+    assert "demand is censored" in advice["reason"]
+    # 4 KiB SQLite page writes are billed at 32 KiB each: counted through SampleCount, hour by hour.
+    estimate = document["elastic_estimate"]
+    assert estimate["minimums_applied"] is True
+    assert 500 < advice["monthly_cost_usd"]["elastic"] == estimate["monthly_cost_usd"] < 520
+    assert estimate["billed_write_bytes"] > 7.5 * 47 / 48 * trap_written_bytes()
+    assert "us-east-1" in estimate["prices"] and "aws.amazon.com/efs/pricing" in estimate["prices"]
+
+
+def trap_written_bytes() -> float:
+    return sum(value for _, value in trap().series[EfsMetric.DATA_WRITE_IO_BYTES])
+
+
+def test_cli_sizes_provisioned_only_by_the_unthrottled_day_and_names_it(moto_server):
+    now = aligned_now()
+    steady = seed_scenario(moto_server, trap_after_steady_load(), now)
+    code, document = forecast_json(moto_server, steady)
+    assert (code, document["state"]) == (1, "Trap")
+    advice = document["recommendation"]
+    assert advice["mode"] == "provisioned" and advice["provisioned_mibps"] == 8
+    assert advice["monthly_cost_usd"]["provisioned"] == 42.0
+    assert advice["monthly_cost_usd"]["elastic"] > 1000
+    basis = advice["basis"]
+    assert basis["selection"] == "balance above zero: not throttled"
+    assert basis["periods"] == pytest.approx(286, abs=2)
+    assert basis["average_bytes_per_second"] == pytest.approx(8 * MIB)
+    assert datetime.fromisoformat(basis["end"]) < now - timedelta(hours=23)  # the first day, not the throttled one
+    assert "throttled periods (censored" in advice["reason"] and "provision about 8 MiB/s" in advice["reason"]

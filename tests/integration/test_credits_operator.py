@@ -1,10 +1,19 @@
 """The operator's credit watch: moto's CloudWatch series become profile status, conditions and Events."""
 
+import json
+import subprocess
+import sys
 import urllib.request
+from pathlib import Path
 
 import pytest
-from tests.integration.moto_server import aligned_now, seed
+from tests.credit_scenarios import HOUR, nightly_drain
+from tests.integration.moto_server import aligned_now, seed, seed_scenario
+from tests.integration.test_compliance import pod_with, volume_for
+from tests.procroot import Mount, assemble_proc_root
 from tests.support import profile_body, wait_for
+
+MOUNTWARDEN = Path(sys.executable).with_name("mountwarden")
 
 pytestmark = [pytest.mark.cluster, pytest.mark.aws]
 
@@ -59,3 +68,69 @@ def test_unknown_file_system_says_so_and_nothing_crashes(kube, operator, moto_se
     assert condition["reason"] == "Unknown" and "FileSystemNotFound" in condition["message"]
     assert "fs-0000000000000dead" in credits_of(kube, name)["message"]
     operator.assert_running()
+
+
+def test_a_nightly_drain_reads_draining_and_the_status_names_who_drains(
+        cluster, kube, operator, moto_server, namespace, unique, tmp_path):
+    """Two profiles on one EFS file system whose nightly job drains 598 GiB a day more than the day refills.
+
+    The real agent (`mountwarden agent --once`) reports the pods' mounts from real mountstats captures:
+    the importer's mount (/B of the telegraf sample: 9,797 READs and 60,385 metadata requests in 19 s) is
+    far busier than the uploader's (/C: 746,337 metadata requests in 12.6 days).
+    """
+    file_system = seed_scenario(moto_server, nightly_drain(job_ends_before_end=6 * HOUR), aligned_now())
+    backend = {"provisioner": "efs.csi.aws.com", "parameters": {"provisioningMode": "efs-ap",
+                                                                "fileSystemId": file_system}}
+    scratch, staging = f"scratch-{unique}", f"staging-{unique}"
+    kube.apply_profile(profile_body(scratch, "cached", backend=backend))  # creditWatch: the CRD's defaults
+    kube.apply_profile(profile_body(staging, "coherent", backend=backend))
+    wait_for(lambda: kube.classes_of(scratch) and kube.classes_of(staging), what="both classes")
+    node = cluster.node_names[1]
+    volumes = {"importer": (f"pv-importer-{unique}", f"{scratch}-v1", "/B"),
+               "uploader": (f"pv-uploader-{unique}", f"{staging}-v1", "/C")}
+    for pv, storage_class, _ in volumes.values():
+        volume_for(kube, namespace, pv, storage_class)
+    uids = {role: pod_with(kube, namespace, node, role, pv) for role, (pv, _, _) in volumes.items()}
+    mounts = [Mount(pv, pod_uid=uids[role], sample_mount=sample) for role, (pv, _, sample) in volumes.items()]
+    assembled = assemble_proc_root(tmp_path / "proc", mounts)
+    agent = subprocess.run([sys.executable, "-m", "mountwarden", "agent", "--once", "--node-name", node,
+                            "--proc-root", str(assembled.path), "--kubeconfig", str(cluster.kubeconfig)],
+                           capture_output=True, text=True, timeout=120)
+    assert agent.returncode == 0, agent.stderr
+
+    credits = wait_for(lambda: (c := credits_of(kube, scratch)) and c["state"] == "Draining"
+                       and len((c.get("consumers") or {}).get("top", [])) == 2 and c,
+                       timeout=120, what="a Draining forecast naming two consumers")
+    assert credits["timeToEmptyBasis"] == "day-over-day"
+    assert credits["netChangePerDayBytes"] / 1024**3 == pytest.approx(-597.7, rel=0.01)
+    assert credits["message"].startswith(f"balance {credits['message'].split()[1]} ")
+    assert "GiB a day (the mean of the last 24 h against the 24 h before)" in credits["message"]
+    consumers = credits["consumers"]
+    assert [c["pods"] for c in consumers["top"]] == [[f"{namespace}/importer"], [f"{namespace}/uploader"]]
+    importer = consumers["top"][0]
+    assert importer["profiles"] == [scratch] and importer["node"] == node and importer["mountedSeconds"] == 19
+    # 9,797 READs at 4 KiB a third, and 60,385 metadata requests at 4 KiB, over the mount's 19 seconds.
+    assert importer["meteredBytesPerSecond"] == pytest.approx((9797 / 3 + 60385) * 4096 / 19)
+    assert {p["profile"] for p in consumers["byProfile"]} == {scratch, staging}
+    assert any("4 KiB" in note for note in consumers["notes"])
+    # The other profile on the same file system names the same consumers.
+    peer = wait_for(lambda: (c := credits_of(kube, staging)) and (c.get("consumers") or {}).get("top") and c,
+                    timeout=60, what="the peer profile's consumers")
+    assert [c["pods"] for c in peer["consumers"]["top"]] == [c["pods"] for c in consumers["top"]]
+
+    body = urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=10).read().decode()
+    assert (f'mountwarden_credit_state{{file_system_id="{file_system}",profile="{scratch}",state="Draining"}} 1.0'
+            in body)
+    assert f'mountwarden_credit_consumer_metered_bytes_per_second{{file_system_id="{file_system}",node="{node}",' \
+           f'pod="{namespace}/importer",profile="{scratch}",volume="{volumes["importer"][0]}"}}' in body
+    assert f'mountwarden_credit_net_change_bytes_per_day{{file_system_id="{file_system}",profile="{scratch}"}}' in body
+
+    # The CLI, with the caller's kubeconfig, names the same consumers next to its own forecast.
+    done = subprocess.run(
+        [str(MOUNTWARDEN), "credits", "forecast", "--file-system-id", file_system, "--region", moto_server.region,
+         "--endpoint-url", moto_server.endpoint_url, "--consumers", "--kubeconfig", str(cluster.kubeconfig), "--json"],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    document = json.loads(done.stdout)
+    assert document["state"] == "Draining" and document["time_to_empty_basis"] == "day-over-day"
+    assert [c["pods"] for c in document["consumers"]["top"]] == [[f"{namespace}/importer"], [f"{namespace}/uploader"]]

@@ -634,3 +634,83 @@ def test_every_panel_queries_the_chosen_data_source():
     for panel in (p for p in dashboard["panels"] if p["type"] != "row"):
         assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
         assert panel["targets"] and all(t["datasource"] == panel["datasource"] for t in panel["targets"])
+
+
+# -- alerts ---------------------------------------------------------------------------------------------------
+
+PROMQL_KEYWORDS = {"and", "or", "unless", "by", "without", "on", "ignoring", "group_left", "group_right", "bool",
+                   "offset"}
+
+
+def promql_metrics_and_labels(expr: str) -> tuple[set[str], dict[str, set[str]]]:
+    """The metric names an expression reads, and per metric the label names its matchers use; plus the
+    labels of by/on clauses under the key "" (they must exist on the metrics around them)."""
+    labels: dict[str, set[str]] = {}
+    for metric, matchers in re.findall(r"([A-Za-z_:][\w:]*)\s*\{([^}]*)\}", expr):
+        labels.setdefault(metric, set()).update(re.findall(r"([A-Za-z_]\w*)\s*(?:=~|!~|!=|=)", matchers))
+    grouping = re.findall(r"\b(?:by|without|on|ignoring)\s*\(([^)]*)\)", expr)
+    labels[""] = {label.strip() for clause in grouping for label in clause.split(",") if label.strip()}
+    bare = re.sub(r'"[^"]*"', "", expr)
+    bare = re.sub(r"\{[^}]*\}", "", bare)
+    bare = re.sub(r"\b(?:by|without|on|ignoring)\s*\([^)]*\)", "", bare)
+    names = {name for name in re.findall(r"(?<![\w.:])([A-Za-z_:][\w:]*)(?![\w:])(?!\s*\()", bare)
+             if name not in PROMQL_KEYWORDS and not re.fullmatch(r"\d+[smhdwy]", name)}
+    return names, labels
+
+
+def operator_metric_labels() -> dict[str, tuple[str, ...]]:
+    from prometheus_client import REGISTRY
+
+    import mountwarden.handlers.metrics  # noqa: F401  (registers the operator's gauges)
+
+    return {family.name: tuple(getattr(collector, "_labelnames", ()))
+            for collector in list(REGISTRY._collector_to_names) if hasattr(collector, "describe")
+            for family in collector.describe() if family.name.startswith("mountwarden_")}
+
+
+def runbook_anchors() -> set[str]:
+    """GitHub's anchors of docs/runbook.md's headings: lower case, punctuation dropped, spaces to hyphens."""
+    headings = re.findall(r"^#+\s+(.+)$", (ROOT / "docs" / "runbook.md").read_text(), flags=re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-") for heading in headings}
+
+
+def test_the_prometheus_rule_is_optional(default):
+    assert not [d for d in default if d["kind"] == "PrometheusRule"]
+
+
+def test_the_alerts_read_metrics_the_operator_exports_and_link_runbook_sections_that_exist(render):
+    from mountwarden.core.credits import CreditState
+
+    docs = render("--set", "metrics.prometheusRule.enabled=true", "--set", "metrics.prometheusRule.labels.release=prom",
+                  "--set", "metrics.prometheusRule.runbookUrl=https://docs.example.com/runbook.md")
+    rule = find(docs, "PrometheusRule", FULLNAME)
+    assert rule["metadata"]["namespace"] == NAMESPACE and rule["metadata"]["labels"]["release"] == "prom"
+    alerts = {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"]}
+    assert set(alerts) == {"EfsBurstCreditsDraining", "EfsBurstCreditTrap", "EfsPercentIOLimitHigh"}
+
+    exported, anchors = operator_metric_labels(), runbook_anchors()
+    states = {state.value for state in CreditState}
+    for name, alert in alerts.items():
+        metrics, labels = promql_metrics_and_labels(alert["expr"])
+        assert metrics and metrics <= set(exported), (name, metrics - set(exported))
+        for metric, used in labels.items():
+            known = set().union(*(exported[m] for m in metrics)) if metric == "" else set(exported[metric])
+            assert used <= known, (name, metric, used - known)
+        for state in re.findall(r'state="([^"]*)"', alert["expr"]):
+            assert state in states, (name, state)
+        url = alert["annotations"]["runbook_url"]
+        assert url.startswith("https://docs.example.com/runbook.md#") and url.split("#", 1)[1] in anchors, url
+        assert alert["labels"]["severity"] in ("warning", "critical")
+        # Prometheus, not Helm, fills the alert's own templates.
+        assert "{{ $labels.file_system_id }}" in alert["annotations"]["summary"]
+    assert "mountwarden_credit_percent_io_limit" in alerts["EfsPercentIOLimitHigh"]["expr"]
+    assert ">= 90" in alerts["EfsPercentIOLimitHigh"]["expr"]
+
+
+def test_the_promql_reader_finds_what_an_expression_names():
+    # The reader above is what makes the test above fail on a wrong name: check it on its own.
+    metrics, labels = promql_metrics_and_labels(
+        'max by (profile) (rate(mountwarden_x_total{state="Draining", node!=""}[5m])) and on (profile) bogus_metric'
+        ' > 0.5 * sum without (node) (mountwarden_y)')
+    assert metrics == {"mountwarden_x_total", "bogus_metric", "mountwarden_y"}
+    assert labels == {"mountwarden_x_total": {"state", "node"}, "": {"profile", "node"}}

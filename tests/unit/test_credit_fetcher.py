@@ -123,7 +123,8 @@ def test_no_region_at_all_is_a_problem_for_everyone_not_a_crash():
 
 def test_which_profiles_are_watched():
     efs = {"backend": {"provisioner": "efs.csi.aws.com", "parameters": {"fileSystemId": "fs-aaaaaaaa"}}}
-    assert watched_file_system(efs) == CreditWatchTarget("fs-aaaaaaaa", "", timedelta(hours=24))
+    # Without windowHours (a spec the API server did not default, e.g. from an older CRD): two whole days.
+    assert watched_file_system(efs) == CreditWatchTarget("fs-aaaaaaaa", "", timedelta(hours=48))
     other = {"backend": {"provisioner": "nfs.csi.k8s.io"}, "creditWatch": {"fileSystemId": "fs-bbbbbbbb",
                                                                           "region": "eu-west-1", "windowHours": 6}}
     assert watched_file_system(other) == CreditWatchTarget("fs-bbbbbbbb", "eu-west-1", timedelta(hours=6))

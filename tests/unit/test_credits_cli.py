@@ -4,11 +4,12 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from tests.credit_scenarios import HOUR, credit_series, nightly_drain
 from typer.testing import CliRunner
 
 from mountwarden.cli import app
 from mountwarden.cli.credits import parse_duration
-from mountwarden.core.credits import MIB, TIB
+from mountwarden.core.credits import CREDIT_METRICS, MIB, TIB
 
 runner = CliRunner()
 END = datetime(2026, 3, 1, 22, 25, tzinfo=UTC)
@@ -143,3 +144,44 @@ def test_a_file_that_is_not_an_export_is_a_usage_error(tmp_path):
     result = run("forecast", "--from-file", str(path))
     assert result.exit_code == 2
     assert "GetMetricData" in result.stderr
+
+
+def export_of(series) -> dict:
+    """A CreditSeries as a saved GetMetricData answer, request counts under their Ids (readops, ...)."""
+    prefixes = {query.metric: query.id_prefix for query in CREDIT_METRICS}
+    return {"MetricDataResults": [
+        {"Id": f"{prefixes[metric]}_0", "Label": "",
+         "Timestamps": [s.at.isoformat() for s in samples], "Values": [s.value for s in samples]}
+        for metric, samples in series.samples.items() if samples and metric in prefixes
+    ]}
+
+
+def test_a_saved_nightly_drain_is_read_day_over_day_in_words(tmp_path):
+    series = credit_series(nightly_drain(job_ends_before_end=6 * HOUR), END)
+    result = forecast_file(tmp_path, export_of(series), "--size-gib", "20")
+    assert result.exit_code == 1, result.output
+    words = " ".join(result.stdout.replace("│", " ").split())  # the panel's wrapped lines, rejoined
+    assert "Draining" in words
+    assert "-601 GiB a day (mean of the last 24 h against the 24 h before)" in words
+    assert "(from the day-over-day)" in words
+    assert "Elastic would bill" in words and "32 KiB or more each" in words
+    assert "provision about 97 MiB/s" in words
+
+
+def test_the_json_of_a_saved_forecast_has_no_consumers_unless_asked(tmp_path):
+    series = credit_series(nightly_drain(), END)
+    result = forecast_file(tmp_path, export_of(series), "--size-gib", "20", "--json")
+    document = json.loads(result.stdout)
+    assert document["consumers"] is None
+    assert document["time_to_empty_basis"] == "day-over-day"
+    assert document["elastic_estimate"]["minimums_applied"] is True
+
+
+def test_consumers_without_a_reachable_cluster_is_a_problem_named(tmp_path):
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
+    series = credit_series(nightly_drain(), END)
+    result = forecast_file(tmp_path, export_of(series), "--size-gib", "20", "--consumers",
+                           "--kubeconfig", str(kubeconfig))
+    assert result.exit_code == 2
+    assert "--consumers could not read the cluster" in " ".join(result.stderr.split())

@@ -282,9 +282,9 @@ def test_a_healthy_balance_keeps_bursting():
     assert "not falling" in result.recommendation.reason
 
 
-def test_a_spiky_load_in_the_trap_is_advised_elastic():
+def test_a_spiky_load_in_the_trap_is_advised_elastic_with_its_cost():
     # One 5-minute burst of 100 MiB/s in 24 hours of 0.5 MiB/s, then the last 15 minutes at the
-    # 1 MiB/s baseline (the trap): average / peak = (100 + 284 x 0.5 + 3 x 1) / 288 / 100 = 0.85%.
+    # 1 MiB/s baseline (the trap), the balance at zero throughout: no period ran unthrottled.
     def metered(i, t):
         return (100 if i == 100 else 0.5) * MIB * PERIOD if i < 285 else MIB * PERIOD
 
@@ -292,19 +292,25 @@ def test_a_spiky_load_in_the_trap_is_advised_elastic():
     result = forecast_credits(spiky)
     assert result.state is CreditState.TRAP
     assert result.recommendation.mode is ELASTIC
-    assert "spiky" in result.recommendation.reason
+    assert "demand is censored" in result.recommendation.reason
+    # No data series: every metered byte is priced as a written one, $0.06/GB, over a 730-hour month.
+    total = (100 + 284 * 0.5 + 3) * MIB * PERIOD
+    assert result.recommendation.elastic_monthly_cost_usd == pytest.approx(total / GIB * 0.06 * 730 / 24)
+    assert result.recommendation.provisioned_mibps is None and result.recommendation.basis is None
 
 
-def test_a_steady_load_in_the_trap_is_advised_provisioned_at_its_peak_rounded_up():
+def test_a_throttled_steady_load_is_never_sized_by_its_throttled_peak():
+    # Empty all day and metered at the 1 MiB/s baseline: provisioning that "peak" would change nothing.
     steady = series(
         balance=constant(288, 0),
         permitted=constant(288, MIB),
         metered=along(288, lambda i, t: (0.9 + 0.1 * (i % 2)) * MIB * PERIOD),
     )
     result = forecast_credits(steady)
-    assert result.recommendation.mode is PROVISIONED
-    assert "provision about 1 MiB/s" in result.recommendation.reason
-    assert "24 hours" in result.recommendation.reason
+    assert result.state is CreditState.TRAP
+    assert result.recommendation.mode is ELASTIC
+    assert "provisioning the throttled peak would provision the baseline" in result.recommendation.reason
+    assert "at least $" in result.recommendation.reason
 
 
 def test_a_draining_steady_load_is_advised_provisioned():
@@ -378,16 +384,27 @@ def test_forecast_json_has_the_contract_fields():
         "size_gib",
         "balance_bytes",
         "slope_bytes_per_second",
+        "net_change_per_day_bytes",
         "time_to_empty_seconds",
+        "time_to_empty_basis",
         "state",
+        "history_seconds",
         "permitted_bytes_per_second",
         "metered_bytes_per_second",
+        "percent_io_limit",
         "metadata_share",
         "ops_budget_per_second",
+        "elastic_estimate",
         "recommendation",
     ]
     assert document["state"] == "Draining"
     assert document["throughput_mode"] == "bursting"
     assert document["size_gib"] == 20
     assert document["ops_budget_per_second"] == {"writes_or_metadata": 25600, "reads": 76800}
-    assert set(document["recommendation"]) == {"mode", "reason"}
+    assert document["time_to_empty_basis"] == "slope"  # an hour of history: no whole days to compare
+    assert document["net_change_per_day_bytes"] is None
+    assert set(document["recommendation"]) == {"mode", "reason", "provisioned_mibps", "monthly_cost_usd", "basis"}
+    assert set(document["elastic_estimate"]) == {
+        "billed_read_bytes", "billed_write_bytes", "billed_metadata_bytes", "window_seconds", "minimums_applied",
+        "monthly_cost_usd", "prices",
+    }

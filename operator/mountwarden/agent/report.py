@@ -48,11 +48,12 @@ class WriteConflict(RuntimeError):
 
 
 def content(spec: NodeMountReportSpec) -> dict[str, Any]:
-    """The part of a report whose change is worth a write: all but counters and the scan time."""
+    """The part of a report whose change is worth a write: all but counters, the mount age and the scan time."""
     wire = spec.to_wire()
     wire.pop("scanTime", None)
     for volume in wire.get("volumes", []):
         volume.pop("operations", None)
+        volume.pop("ageSeconds", None)  # grows every scan, like the counters it goes with
     return wire
 
 

@@ -105,6 +105,8 @@ def _operation_summary(totals: OperationTotals) -> OperationSummary:
         avg_rtt_ms=totals.avg_rtt_ms,
         avg_execute_ms=totals.avg_execute_ms,
         avg_queue_ms=totals.avg_queue_ms,
+        bytes_sent=totals.bytes_sent,
+        bytes_received=totals.bytes_received,
     )
 
 
@@ -135,6 +137,7 @@ def mounted_volume(volume: NodeVolume, server_responding: bool | None = None) ->
         server_responding=server_responding,
         notes=notes,
         operations={name: _operation_summary(totals) for name, totals in busiest},
+        age_seconds=volume.age_seconds,
     )
 
 

@@ -30,6 +30,12 @@ class OperationSummary(ApiModel):
     avg_rtt_ms: float | None = Field(default=None, description="Average round trip, milliseconds.")
     avg_execute_ms: float | None = Field(default=None, description="Average time from queueing to completion.")
     avg_queue_ms: float | None = Field(default=None, description="Average time waiting to be sent.")
+    bytes_sent: int | None = Field(
+        default=None, ge=0, description="Bytes sent for these requests, RPC headers included (a WRITE's data)."
+    )
+    bytes_received: int | None = Field(
+        default=None, ge=0, description="Bytes received in their replies, RPC headers included (a READ's data)."
+    )
 
 
 class MountedVolume(ApiModel):
@@ -64,6 +70,12 @@ class MountedVolume(ApiModel):
     )
     operations: dict[str, OperationSummary] = Field(
         default_factory=dict, description="Per-operation totals at the time of the report (busiest operations)."
+    )
+    age_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        description="Seconds since the mount was made (mountstats age) when the operation totals were taken: "
+        "the totals over this are average rates.",
     )
 
 

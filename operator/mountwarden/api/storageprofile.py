@@ -111,7 +111,14 @@ class CreditWatch(ApiModel):
     )
     region: str | None = Field(default=None, description="AWS region; defaults to the operator's AWS_REGION.")
     interval_seconds: int = Field(default=300, ge=60, le=86400, description="How often to fetch CloudWatch metrics.")
-    window_hours: int = Field(default=24, ge=1, le=336, description="How much history the slope is fitted over.")
+    window_hours: int = Field(
+        default=48,
+        ge=1,
+        le=336,
+        description="Hours of history fetched and judged. 48 or more also compares whole days (the day-over-day "
+        "change), which sees a nightly drain the day does not refill; below 48 only the newest hour's slope "
+        "decides.",
+    )
 
 
 class StorageProfileSpec(ApiModel):
@@ -180,9 +187,81 @@ class OpsBudgetStatus(ApiModel):
     reads: float = Field(description="Small reads per second (reads are metered at a third).")
 
 
+class MonthlyCosts(ApiModel):
+    elastic: float | None = Field(default=None, description="US dollars a month in Elastic mode for the demand "
+                                                             "that sized the advice (list prices of the region named).")
+    provisioned: float | None = Field(default=None, description="US dollars a month for provisionedMibps, billed "
+                                                                 "above the baseline the storage already earns.")
+
+
+class DemandBasis(ApiModel):
+    """The periods whose load sized the advice: unthrottled ones only (a throttled period's load is censored)."""
+
+    periods: int = Field(description="How many periods.")
+    period_seconds: int = Field(description="Seconds per period.")
+    start: datetime = Field(description="The first of them.")
+    end: datetime = Field(description="The last of them.")
+    selection: str = Field(description="How they were chosen, e.g. balance above zero: not throttled.")
+    average_bytes_per_second: float = Field(description="Their average metered rate.")
+    peak_bytes_per_second: float = Field(description="Their highest metered rate.")
+    peak_at_ceiling: bool = Field(default=False, description="The peak was at the permitted rate then too: "
+                                                             "demand may be higher.")
+
+
 class ThroughputRecommendation(ApiModel):
     mode: str = Field(description="bursting, provisioned or elastic.")
-    reason: str = Field(description="Why this mode suits the observed load.")
+    reason: str = Field(description="Why this mode suits the observed load, the data it used and what it costs.")
+    provisioned_mibps: int | None = Field(default=None, description="The Provisioned amount the demand justifies.")
+    monthly_cost_usd: MonthlyCosts | None = Field(default=None, description="What each mode would cost.")
+    basis: DemandBasis | None = Field(default=None, description="The demand that sized it; none when no period "
+                                                                "of the window ran unthrottled.")
+
+
+class ElasticEstimate(ApiModel):
+    """What the window's load would be billed in Elastic mode (lower bounds: minimums applied to totals)."""
+
+    billed_read_bytes: float = Field(description="Reads, each at least 32 KiB.")
+    billed_write_bytes: float = Field(description="Writes, each at least 32 KiB.")
+    billed_metadata_bytes: float = Field(description="Metadata requests, each at least 4 KiB.")
+    window_seconds: float = Field(description="The history these bytes were counted over.")
+    minimums_applied: bool = Field(description="Request counts (SampleCount) were known, so the minimums apply.")
+    monthly_cost_usd: float | None = Field(default=None, description="Those bytes over a 730-hour month, in dollars.")
+    prices: str = Field(description="The prices used: region, date read and source.")
+
+
+class CreditConsumer(ApiModel):
+    """One set of NFS counters on one node: a pod volume, or several pods sharing one superblock."""
+
+    node: str = Field(description="The node.")
+    pods: list[str] = Field(description="namespace/name of the pods using these counters.")
+    volumes: list[str] = Field(description="Their PersistentVolumes.")
+    profiles: list[str] = Field(description="The StorageProfiles of those volumes.")
+    metered_bytes: float = Field(description="Bytes metered since the mount was made (estimate).")
+    metered_bytes_per_second: float | None = Field(default=None, description="Metered bytes per second, averaged "
+                                                                             "since the mount was made.")
+    elastic_bytes_per_second: float | None = Field(default=None, description="The same requests billed as Elastic "
+                                                                             "would bill them, per second.")
+    read_bytes: float = Field(description="Bytes read.")
+    write_bytes: float = Field(description="Bytes written.")
+    metadata_ops: int = Field(description="Metadata requests (each metered at 4 KiB or more).")
+    mounted_seconds: float | None = Field(default=None, description="Seconds since the mount was made.")
+
+
+class ProfileConsumption(ApiModel):
+    profile: str = Field(description="A StorageProfile on this file system.")
+    metered_bytes_per_second: float = Field(description="Its consumers' estimated metered rate.")
+    consumers: int = Field(description="How many consumers it has.")
+
+
+class CreditConsumers(ApiModel):
+    """Who drains the file system, from the node reports (every profile watching the same file system)."""
+
+    estimated_metered_bytes_per_second: float = Field(description="All consumers together (estimate).")
+    consumers: int = Field(description="Consumers found in the node reports.")
+    by_profile: list[ProfileConsumption] = Field(default_factory=list, description="Per profile, busiest first.")
+    top: list[CreditConsumer] = Field(default_factory=list, description="The busiest consumers, busiest first.")
+    newest_report: datetime | None = Field(default=None, description="The newest node report read.")
+    notes: list[str] = Field(default_factory=list, description="How the figures were estimated and what they miss.")
 
 
 class CreditsStatus(ApiModel):
@@ -193,15 +272,30 @@ class CreditsStatus(ApiModel):
     throughput_mode: str | None = Field(default=None, description="bursting, provisioned or elastic.")
     size_gib: float | None = Field(default=None, description="Size of the Standard class data, GiB.")
     balance_bytes: float | None = Field(default=None, description="Latest BurstCreditBalance, bytes.")
-    slope_bytes_per_second: float | None = Field(default=None, description="Robust slope of the balance.")
-    time_to_empty_seconds: float | None = Field(default=None, description="At the current slope; none when "
-                                                                            "not draining.")
+    slope_bytes_per_second: float | None = Field(default=None, description="Robust slope of the balance over "
+                                                                           "the trend window (the newest hour).")
+    net_change_per_day_bytes: float | None = Field(
+        default=None, description="Mean balance of the last 24 h minus that of the 24 h before (needs "
+        "windowHours of 48 or more)."
+    )
+    time_to_empty_seconds: float | None = Field(default=None, description="When the balance will be empty; none "
+                                                                          "when not draining.")
+    time_to_empty_basis: str | None = Field(
+        default=None, description="What the time to empty was projected from: slope, day-over-day or same time "
+        "yesterday."
+    )
+    history_seconds: float | None = Field(default=None, description="The history the forecast had.")
     permitted_bytes_per_second: float | None = Field(default=None, description="PermittedThroughput now.")
     metered_bytes_per_second: float | None = Field(default=None, description="MeteredIOBytes per second now.")
+    percent_io_limit: float | None = Field(default=None, description="PercentIOLimit now (General Purpose mode).")
     metadata_share: float | None = Field(default=None, description="Share of metered bytes spent on metadata.")
     ops_budget_per_second: OpsBudgetStatus | None = Field(default=None, description="Small operations per "
                                                                                      "second the permitted rate allows.")
+    elastic_estimate: ElasticEstimate | None = Field(default=None, description="What the load would cost in "
+                                                                               "Elastic mode.")
     recommendation: ThroughputRecommendation | None = Field(default=None, description="Throughput mode to use.")
+    consumers: CreditConsumers | None = Field(default=None, description="Who drains the file system (node "
+                                                                        "reports).")
     message: str = Field(default="", description="The forecast in one line, or what stops it.")
     checked_at: datetime | None = Field(default=None, description="When the metrics were last fetched.")
 

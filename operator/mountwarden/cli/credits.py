@@ -10,15 +10,22 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
+import kubernetes
 import typer
 from rich.live import Live
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
 from mountwarden.adapters.aws import AwsClients, CreditWatchError, fetch_credit_series, make_clients
+from mountwarden.adapters.kube import api_client
+from mountwarden.api.base import GROUP, VERSION
+from mountwarden.api.nodemountreport import PLURAL as REPORTS
+from mountwarden.api.storageprofile import PLURAL as PROFILES
 from mountwarden.cli._app import app
 from mountwarden.cli._output import console, err_console, fail, print_json
 from mountwarden.core.credits import (
+    DEFAULT_HISTORY,
     GIB,
     MIB,
     CreditBucket,
@@ -38,6 +45,14 @@ from mountwarden.core.credits import (
     metadata_load,
     samples_from_metric_data,
 )
+from mountwarden.core.credits.consumers import (
+    ConsumerSummary,
+    VolumeOwners,
+    reported_volumes,
+    summarize_consumers,
+    watched_file_system,
+)
+from mountwarden.core.storageclass import PROFILE_LABEL
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 every file system Healthy; 1 Draining, Empty, Trap or Unknown (so scripts can alert); "
@@ -60,14 +75,29 @@ FORECAST_HELP = (
     "advice.\n\n"
     "Online, one DescribeFileSystems call gives the throughput mode and size, and one batched GetMetricData "
     "call reads BurstCreditBalance (Minimum), PermittedThroughput (Average), MeteredIOBytes, MetadataIOBytes, "
-    "DataReadIOBytes, DataWriteIOBytes (Sum) and PercentIOLimit (Average) from AWS/EFS at 300 s periods. "
-    "The IAM role needs elasticfilesystem:DescribeFileSystems and cloudwatch:GetMetricData.\n\n"
+    "DataReadIOBytes, DataWriteIOBytes (Sum) and PercentIOLimit (Average) from AWS/EFS at 300 s periods, and "
+    "the request counts (SampleCount of DataReadIOBytes, DataWriteIOBytes, MetadataIOBytes) hourly, for the "
+    "Elastic cost estimate. The IAM role needs elasticfilesystem:DescribeFileSystems and "
+    "cloudwatch:GetMetricData.\n\n"
+    "The default --window of 48h holds two whole days: the day-over-day net change (mean balance of the "
+    "last 24 h against the 24 h before) then sees a nightly drain that the rest of the day does not refill, "
+    "which the newest hour's slope cannot. time_to_empty_basis says what the time to empty was projected "
+    "from: slope, day-over-day or same time yesterday.\n\n"
+    "The advice sizes Provisioned throughput only by periods that were not throttled (a throttled peak is "
+    "the baseline itself), names those periods in recommendation.basis, and prices both modes "
+    "(recommendation.monthly_cost_usd; elastic_estimate: what the window's load would be billed in Elastic "
+    "mode, 32 KiB minimum per read or write, 4 KiB per metadata request; us-east-1 list prices).\n\n"
+    "With --consumers it also reads the cluster's NodeMountReports (and PVs, pods, StorageClasses, "
+    "StorageProfiles) to name who drains the file system: each pod volume's metered bytes estimated from "
+    "its NFS per-operation totals.\n\n"
     'Offline, --from-file reads a saved GetMetricData answer: {"MetricDataResults": [{"Id", "Label", '
     '"Timestamps", "Values"}]}. Each result is recognised by its Label, the metric name optionally after '
     'the file system id ("fs-0123 BurstCreditBalance"), or else by its Id: balance, permitted, metered, '
-    "metadata, read, write, iolimit or storage (StorageBytes, Standard class), optionally followed by "
-    "_anything. Give the size and mode with --size-gib and --throughput-mode.\n\n"
-    "States: Healthy (not falling), Draining (falling: time_to_empty_seconds says when it is empty), Empty "
+    "metadata, read, write, iolimit, readops, writeops, metadataops (the SampleCount request counts) or "
+    "storage (StorageBytes, Standard class), optionally followed by _anything. Give the size and mode with "
+    "--size-gib and --throughput-mode.\n\n"
+    "States: Healthy (not falling day over day, nor by a new drain), Draining (time_to_empty_seconds says "
+    "when it is empty), Empty "
     "(no credits, the load still under the permitted rate), Trap (no credits and metered at the permitted "
     "rate: throttled), Unknown (no data).\n\n"
     "Example: mountwarden credits forecast --file-system-id fs-0123456789abcdef0 --region eu-west-1 --json"
@@ -93,6 +123,8 @@ credits_app = typer.Typer(
 )
 app.add_typer(credits_app, name="credits")
 
+#: ``--window``'s default, in the words of the option: the forecast's default history.
+DEFAULT_WINDOW = f"{DEFAULT_HISTORY.total_seconds() / 3600:g}h"
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -138,8 +170,9 @@ WindowOption = Annotated[
     str,
     typer.Option(
         "--window",
-        help="How much history to read: the average-to-peak ratio behind the throughput-mode advice uses all "
-        "of it. Durations like 24h, 90m, 1h30m, 2d.",
+        help="How much history to read and judge (the StorageProfile's creditWatch.windowHours). 48h or more "
+        "compares whole days (the day-over-day change); the advice and the Elastic estimate use all of it. "
+        "Durations like 48h, 90m, 1h30m, 2d.",
     ),
 ]
 TrendOption = Annotated[
@@ -147,7 +180,8 @@ TrendOption = Annotated[
     typer.Option(
         "--trend-window",
         help="The newest part of the window the balance's slope is fitted over (Theil–Sen), so a bucket "
-        "that started draining an hour ago alerts now.",
+        "that started draining an hour ago alerts now; also how long a drain at this time yesterday is "
+        "compared over.",
     ),
 ]
 
@@ -249,7 +283,7 @@ def forecast(
     ] = None,
     region: RegionOption = None,
     endpoint_url: EndpointOption = None,
-    window: WindowOption = "24h",
+    window: WindowOption = DEFAULT_WINDOW,
     trend_window: TrendOption = "1h",
     from_file: Annotated[
         Path | None,
@@ -269,6 +303,19 @@ def forecast(
         float | None,
         typer.Option("--provisioned-mibps", min=0, help="Provisioned throughput in MiB/s, for --from-file."),
     ] = None,
+    consumers: Annotated[
+        bool,
+        typer.Option(
+            "--consumers",
+            help="Also name who drains it, from the cluster's NodeMountReports (needs list on nodemountreports, "
+            "storageprofiles, persistentvolumes, pods and storageclasses).",
+        ),
+    ] = False,
+    kubeconfig: Annotated[
+        str | None,
+        typer.Option("--kubeconfig", envvar="KUBECONFIG", metavar="FILE", help="With --consumers: the cluster."),
+    ] = None,
+    context: Annotated[str | None, typer.Option("--context", help="With --consumers: the kubeconfig context.")] = None,
     json_output: JsonOption = False,
 ) -> None:
     """Forecast one file system's burst credits."""
@@ -291,10 +338,13 @@ def forecast(
         series, size_gib, throughput_mode, provisioned_mibps, offline=from_file is not None
     )
     result = forecast_credits(series, window=history, now=now, settings=settings)
+    drainers = _cluster_consumers(series.file_system_id, kubeconfig, context) if consumers else None
     if json_output:
-        print_json(result.to_json())
+        print_json({**result.to_json(), "consumers": drainers.to_json() if drainers else None})
     else:
         console.print(_forecast_panel(result))
+        if drainers is not None:
+            console.print(_consumers_table(drainers))
     raise typer.Exit(_exit_code([result]))
 
 
@@ -307,7 +357,7 @@ def watch(
     ],
     region: RegionOption = None,
     endpoint_url: EndpointOption = None,
-    window: WindowOption = "24h",
+    window: WindowOption = DEFAULT_WINDOW,
     trend_window: TrendOption = "1h",
     interval: Annotated[
         str, typer.Option("--interval", help="Time between rounds, e.g. 5m (EFS publishes per minute).")
@@ -364,6 +414,51 @@ def _fetch(
     ids: list[str], region: str | None, endpoint_url: str | None, window: timedelta, now: datetime
 ) -> dict[str, CreditSeries | CreditWatchProblem]:
     return fetch_credit_series(_clients(region, endpoint_url), ids, window, now)
+
+
+def _cluster_consumers(file_system_id: str, kubeconfig: str | None, context: str | None) -> ConsumerSummary:
+    """Who drains ``file_system_id``, read from the cluster with the caller's own credentials.
+
+    The operator answers the same from its watches (handlers/credits.py); a person at
+    a terminal has none, so this lists the five kinds once.
+    """
+    try:
+        client = api_client(kubeconfig, context)
+        core, storage = kubernetes.client.CoreV1Api(client), kubernetes.client.StorageV1Api(client)
+        custom = kubernetes.client.CustomObjectsApi(client)
+        pods = {
+            pod["metadata"]["uid"]: f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+            for pod in _listed(core.list_pod_for_all_namespaces(_preload_content=False))
+        }
+        classes_of_volumes = {
+            pv["metadata"]["name"]: (pv.get("spec") or {}).get("storageClassName")
+            for pv in _listed(core.list_persistent_volume(_preload_content=False))
+        }
+        profiles_of_classes = {
+            sc["metadata"]["name"]: sc["metadata"]["labels"][PROFILE_LABEL]
+            for sc in _listed(storage.list_storage_class(label_selector=PROFILE_LABEL, _preload_content=False))
+        }
+        file_systems = {
+            profile["metadata"]["name"]: watched[0]
+            for profile in _listed(custom.list_cluster_custom_object(GROUP, VERSION, PROFILES, _preload_content=False))
+            if (watched := watched_file_system(profile.get("spec") or {}))
+        }
+        volumes = [
+            volume
+            for report in _listed(custom.list_cluster_custom_object(GROUP, VERSION, REPORTS, _preload_content=False))
+            for volume in reported_volumes(report["metadata"]["name"], report.get("spec") or {})
+        ]
+    except (kubernetes.config.ConfigException, kubernetes.client.ApiException, OSError) as error:
+        fail(f"--consumers could not read the cluster ({escape(str(error).strip())}): pass --kubeconfig (or set "
+             "KUBECONFIG), or leave --consumers out")
+    owners = VolumeOwners.from_mappings(
+        pods, {pv: sc for pv, sc in classes_of_volumes.items() if sc}, profiles_of_classes, file_systems
+    )
+    return summarize_consumers(volumes, owners, file_system_id)
+
+
+def _listed(response) -> list[dict]:
+    return json.loads(response.data)["items"]
 
 
 def _series_from_file(path: Path, file_system_id: str | None) -> CreditSeries:
@@ -437,8 +532,16 @@ def _forecast_panel(result: Forecast) -> Panel:
     table.add_row(
         "slope", "unknown" if slope is None else f"{'+' if slope >= 0 else '-'}{format_rate(abs(slope))}"
     )
+    net = result.net_change_per_day_bytes
+    table.add_row(
+        "day over day",
+        f"{'+' if net >= 0 else '-'}{format_bytes(abs(net))} a day (mean of the last 24 h against the 24 h before)"
+        if net is not None
+        else "unknown: needs two whole days of history (--window 48h or more)",
+    )
     tte = result.time_to_empty_seconds
-    table.add_row("time to empty", "not draining" if tte is None else format_duration(tte))
+    basis = f" (from the {result.time_to_empty_basis.value})" if result.time_to_empty_basis else ""
+    table.add_row("time to empty", "not draining" if tte is None else format_duration(tte) + basis)
     headroom = result.headroom_bytes_per_second
     table.add_row(
         "metered / permitted",
@@ -455,11 +558,41 @@ def _forecast_panel(result: Forecast) -> Panel:
     table.add_row(
         "metadata share", _or_unknown(result.metadata_share, lambda share: f"{share:.0%} of metered bytes")
     )
-    table.add_row("advice", f"{result.recommendation.mode.value}: {result.recommendation.reason}")
+    if result.elastic is not None:
+        cost = result.elastic.monthly_cost()
+        table.add_row(
+            "Elastic would bill",
+            ("unknown" if cost is None else f"${cost:,.2f} a month")
+            + f" for this load: {result.elastic.describe()}",
+        )
+    advice = result.recommendation
+    table.add_row("advice", f"{advice.mode.value}: {advice.reason}")
     table.add_row("condition", condition_message(result))
     return Panel(
         table, title=f"EFS burst credits of {result.file_system_id}", title_align="left", expand=False
     )
+
+
+def _consumers_table(summary: ConsumerSummary) -> Table:
+    table = Table(
+        title=f"Who drains {summary.file_system_id}: {summary.consumers} consumer(s), about "
+        f"{format_rate(summary.metered_bytes_per_second)} metered in all (node reports)",
+        title_justify="left",
+        caption="; ".join(summary.notes),
+        caption_justify="left",
+    )
+    for column in ("pods", "node", "profiles", "metered", "Elastic would bill", "mounted for"):
+        table.add_column(column)
+    for consumer in summary.top:
+        table.add_row(
+            ", ".join(consumer.pods),
+            consumer.node,
+            ", ".join(consumer.profiles),
+            _or_unknown(consumer.metered_bytes_per_second, format_rate),
+            _or_unknown(consumer.elastic_bytes_per_second, format_rate),
+            _or_unknown(consumer.age_seconds, format_duration),
+        )
+    return table
 
 
 def _or_unknown(value: Any, render: Any) -> str:

@@ -74,6 +74,8 @@ class OperationTotals:
     rtt_ms: int | None
     execute_ms: int | None
     queue_ms: int | None
+    bytes_sent: int | None = None
+    bytes_received: int | None = None
 
     @property
     def avg_rtt_ms(self) -> float | None:
@@ -142,6 +144,8 @@ class NodeVolume:
     server_mounts: int
     #: Operations that ran, busiest first.
     operations: dict[str, OperationTotals] = field(default_factory=dict)
+    #: Seconds since the mount was made (mountstats ``age``): the operations' totals are over this long.
+    age_seconds: int | None = None
     #: What a reader should know that the fields cannot say (a TLS tunnel, a wrapped counter left out).
     notes: tuple[str, ...] = ()
 
@@ -278,7 +282,8 @@ def _operations(stats: MountstatsDevice | None) -> tuple[dict[str, OperationTota
         if op.ops >= WRAPPED_COUNTER_FLOOR:
             notes.append(f"{op.name}: the ops counter is wrapped (went below zero in the kernel); left out.")
             continue
-        kept = {name: _unwrapped(op, name, notes) for name in ("errors", "rtt_ms", "execute_ms", "queue_ms")}
+        kept = {name: _unwrapped(op, name, notes)
+                for name in ("errors", "rtt_ms", "execute_ms", "queue_ms", "bytes_sent", "bytes_received")}
         totals[op.name] = OperationTotals(ops=op.ops, **kept)
     return totals, notes
 
@@ -362,6 +367,7 @@ def _volume(
         server_mounts=server_mounts,
         operations=operations,
         notes=tuple(_tunnel_note(mount) + counter_notes),
+        age_seconds=mount.stats.age_seconds if mount.stats is not None else None,
     )
 
 

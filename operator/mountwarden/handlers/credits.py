@@ -5,20 +5,26 @@ are fetched together, once per interval and region (a few GetMetricData calls
 for hundreds of file systems); each timer then forecasts its own file system.
 Failures (no credentials, AccessDenied, unknown file system, throttling) become
 the condition's message and back the fetch off; they never crash the operator.
+
+Who drains the file system comes from the node reports, not from AWS: each timer
+also estimates the metered bytes of every pod volume on its file system (every
+profile watching it, not only its own) from the reports' per-operation counters,
+and names the busiest in ``status.credits.consumers``.
 """
 
 import os
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 import kopf
 
 from mountwarden.adapters.aws import CreditWatchError, fetch_credit_series, make_clients
 from mountwarden.api.base import GROUP, VERSION
-from mountwarden.api.storageprofile import PLURAL
+from mountwarden.api.storageprofile import PLURAL, CreditsStatus
 from mountwarden.core.credits import (
+    DEFAULT_HISTORY,
     CreditSeries,
     CreditState,
     CreditWatchProblem,
@@ -26,7 +32,13 @@ from mountwarden.core.credits import (
     credit_condition,
     forecast_credits,
 )
-from mountwarden.core.presets import EFS_PROVISIONER
+from mountwarden.core.credits.consumers import (
+    ConsumerSummary,
+    VolumeOwners,
+    reported_volumes,
+    summarize_consumers,
+)
+from mountwarden.core.credits.consumers import watched_file_system as profile_file_system
 from mountwarden.handlers import metrics
 from mountwarden.handlers.errors import retry_transient
 
@@ -45,24 +57,23 @@ class CreditWatchTarget:
     file_system_id: str
     region: str  # "" means the operator's default region (AWS_REGION)
     window: timedelta
+    #: The profile that watches it (several profiles may watch one file system).
+    profile: str | None = None
 
 
 def watched_file_system(spec: dict) -> CreditWatchTarget | None:
     """The file system a profile's credit watch covers: creditWatch, else an EFS backend's fileSystemId."""
-    watch = spec.get("creditWatch") or {}
-    backend = spec.get("backend") or {}
-    file_system_id = watch.get("fileSystemId")
-    if not file_system_id and backend.get("provisioner") == EFS_PROVISIONER:
-        file_system_id = (backend.get("parameters") or {}).get("fileSystemId")
-    if not file_system_id:
+    watched = profile_file_system(spec)
+    if watched is None:
         return None
-    return CreditWatchTarget(file_system_id, watch.get("region") or "", timedelta(hours=watch.get("windowHours", 24)))
+    hours = (spec.get("creditWatch") or {}).get("windowHours")
+    return CreditWatchTarget(*watched, timedelta(hours=hours) if hours else DEFAULT_HISTORY)
 
 
 @kopf.index(*PROFILE)
-async def credit_watch_targets(spec: kopf.Spec, **_) -> dict:
+async def credit_watch_targets(name: str, spec: kopf.Spec, **_) -> dict:
     target = watched_file_system(dict(spec))
-    return {target.region: target} if target else {}
+    return {target.region: replace(target, profile=name)} if target else {}
 
 
 @dataclass
@@ -122,61 +133,83 @@ class CreditFetcher:
             cache.failures, cache.retry_after = 0, None
 
 
-def _credits_status(target: CreditWatchTarget, result: CreditSeries | CreditWatchProblem,
-                    now: datetime) -> tuple[dict, dict]:
-    """The status.credits object and the CreditsDraining condition for one result."""
+def _credits_status(target: CreditWatchTarget, result: CreditSeries | CreditWatchProblem, now: datetime,
+                    consumers: ConsumerSummary | None) -> tuple[dict, dict]:
+    """The status.credits object (its wire form) and the CreditsDraining condition for one result."""
     checked_at = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    found = {"consumers": consumers.to_json()} if consumers and consumers.consumers else {}
     if isinstance(result, CreditWatchProblem):
-        status = {"fileSystemId": target.file_system_id, "state": CreditState.UNKNOWN.value,
-                  "message": result.message, "checkedAt": checked_at}
+        status = CreditsStatus.model_validate({"file_system_id": target.file_system_id,
+                                               "state": CreditState.UNKNOWN.value, "message": result.message,
+                                               "checked_at": checked_at, **found})
         condition = {"status": "Unknown", "reason": CreditState.UNKNOWN.value,
                      "message": f"{result.reason}: {result.message}"}
-        return status, condition
+        return status.to_wire(), condition
     forecast = forecast_credits(result, window=target.window, now=now)
-    fields = forecast.to_json()
     condition_ = credit_condition(forecast)
-    status = {
-        "fileSystemId": target.file_system_id,
-        "state": forecast.state.value,
-        "throughputMode": fields["throughput_mode"],
-        "sizeGib": fields["size_gib"],
-        "balanceBytes": fields["balance_bytes"],
-        "slopeBytesPerSecond": fields["slope_bytes_per_second"],
-        "timeToEmptySeconds": fields["time_to_empty_seconds"],
-        "permittedBytesPerSecond": fields["permitted_bytes_per_second"],
-        "meteredBytesPerSecond": fields["metered_bytes_per_second"],
-        "metadataShare": fields["metadata_share"],
-        "opsBudgetPerSecond": (
-            {"writesOrMetadata": fields["ops_budget_per_second"]["writes_or_metadata"],
-             "reads": fields["ops_budget_per_second"]["reads"]}
-            if fields["ops_budget_per_second"] else None
-        ),
-        "recommendation": fields["recommendation"],
-        "message": condition_.message,
-        "checkedAt": checked_at,
-    }
-    return {k: v for k, v in status.items() if v is not None}, {
-        "status": condition_.status, "reason": condition_.reason, "message": condition_.message,
-    }
+    status = CreditsStatus.model_validate({**forecast.to_json(), "message": condition_.message,
+                                           "checked_at": checked_at, **found})
+    return status.to_wire(), {"status": condition_.status, "reason": condition_.reason, "message": condition_.message}
+
+
+def consumers_on(file_system_id: str, targets: Iterable[CreditWatchTarget], reports_by_node: kopf.Index,
+                 pods_by_uid: kopf.Index, claims_by_volume: kopf.Index, profiles_by_class: kopf.Index,
+                 ) -> ConsumerSummary:
+    """The pod volumes of every profile watching ``file_system_id``, from the node reports, busiest first."""
+    file_systems = {t.profile: t.file_system_id for t in targets if t.profile}
+
+    def pod_of(uid: str) -> str | None:
+        pod = _first(pods_by_uid, uid)
+        return f"{pod['namespace']}/{pod['name']}" if pod else None
+
+    def storage_class_of(volume: str) -> str | None:
+        claim = _first(claims_by_volume, volume)
+        return claim.get("storageClass") if claim else None
+
+    owners = VolumeOwners(pod_of, storage_class_of, lambda sc: _first(profiles_by_class, sc), file_systems.get)
+    volumes = [volume for node, store in reports_by_node.items() for spec in store
+               for volume in reported_volumes(node, spec)]
+    return summarize_consumers(volumes, owners, file_system_id)
+
+
+def _replacing(old: dict, new: dict) -> dict:
+    """``new`` as a merge patch over ``old``: what ``new`` no longer has is set to None, so it is removed."""
+    merged: dict = {key: None for key in old if key not in new}
+    for key, value in new.items():
+        stale = old.get(key)
+        merged[key] = _replacing(stale, value) if isinstance(value, dict) and isinstance(stale, dict) else value
+    return merged
+
+
+def _first(index: kopf.Index, key):
+    store = index.get(key)
+    return next(iter(store), None) if store else None
 
 
 @kopf.timer(*PROFILE, interval=CREDIT_INTERVAL_SECONDS, initial_delay=1.0,
             when=lambda spec, **_: watched_file_system(dict(spec)) is not None)
 @retry_transient
 def watch_credits(name: str, body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta,
-                  patch: kopf.Patch, memo: kopf.Memo, credit_watch_targets: kopf.Index, **_) -> None:
+                  patch: kopf.Patch, memo: kopf.Memo, credit_watch_targets: kopf.Index, reports_by_node: kopf.Index,
+                  pods_by_uid: kopf.Index, claims_by_volume: kopf.Index, profiles_by_class: kopf.Index,
+                  **_) -> None:
     target = watched_file_system(dict(spec))
     if target is None:
         return
+    target = replace(target, profile=name)
     now = datetime.now(UTC)
     targets = [t for store in credit_watch_targets.values() for t in store]
     result = memo.credit_fetcher.result(target, targets or [target], now)
-    credits, condition = _credits_status(target, result, now)
-    previous_state = (status.get("credits") or {}).get("state")
-    patch.status["credits"] = credits
+    consumers = consumers_on(target.file_system_id, [*targets, target], reports_by_node, pods_by_uid,
+                             claims_by_volume, profiles_by_class)
+    credits, condition = _credits_status(target, result, now, consumers)
+    previous = dict(status.get("credits") or {})
+    previous_state = previous.get("state")
+    patch.status["credits"] = _replacing(previous, credits)
     memo.conditions.set(name, "CreditsDraining", condition["status"], condition["reason"], condition["message"],
                         meta.get("generation"))
     if credits["state"] != previous_state:
         post = kopf.warn if credits["state"] in ("Draining", "Empty", "Trap") else kopf.info
         post(body, reason=f"Credits{credits['state']}", message=f"{target.file_system_id}: {credits['message']}")
     metrics.record_credits(name, credits)
+    metrics.record_consumers(target.file_system_id, consumers)

@@ -1,18 +1,44 @@
-"""The operator's Prometheus metrics (served on --metrics-port)."""
+"""The operator's Prometheus metrics (served on --metrics-port).
+
+The chart's PrometheusRule (metrics.prometheusRule) alerts on these names; a unit test
+checks that every name it uses is one defined here.
+"""
 
 import contextlib
+import threading
 
 from prometheus_client import Gauge, start_http_server
+
+from mountwarden.core.credits import CreditState
+from mountwarden.core.credits.consumers import ConsumerSummary
 
 _CREDIT_LABELS = ("profile", "file_system_id")
 CREDIT_BALANCE = Gauge("mountwarden_credit_balance_bytes", "EFS BurstCreditBalance", _CREDIT_LABELS)
 CREDIT_SLOPE = Gauge("mountwarden_credit_slope_bytes_per_second",
                      "Robust slope of the burst-credit balance (negative: draining)", _CREDIT_LABELS)
 CREDIT_TIME_TO_EMPTY = Gauge("mountwarden_credit_time_to_empty_seconds",
-                             "Seconds until the balance is empty at the current slope (absent: not draining)",
+                             "Seconds until the balance is empty, as projected by status.credits.timeToEmptyBasis (absent: not draining)",
                              _CREDIT_LABELS)
 CREDIT_PERMITTED = Gauge("mountwarden_credit_permitted_bytes_per_second", "EFS PermittedThroughput", _CREDIT_LABELS)
 CREDIT_METERED = Gauge("mountwarden_credit_metered_bytes_per_second", "EFS metered throughput", _CREDIT_LABELS)
+CREDIT_NET_CHANGE = Gauge("mountwarden_credit_net_change_bytes_per_day",
+                          "Mean balance of the last 24 h minus the 24 h before (absent: under 48 h of history)",
+                          _CREDIT_LABELS)
+CREDIT_IO_LIMIT = Gauge("mountwarden_credit_percent_io_limit", "EFS PercentIOLimit (General Purpose mode)",
+                        _CREDIT_LABELS)
+CREDIT_ELASTIC_COST = Gauge("mountwarden_credit_elastic_monthly_cost_usd",
+                            "Estimated US dollars a month in Elastic mode for the load observed (a lower bound)",
+                            _CREDIT_LABELS)
+CREDIT_STATE = Gauge("mountwarden_credit_state",
+                     "1 for the forecast's current state (Healthy, Draining, Empty, Trap, Unknown), 0 for the others",
+                     (*_CREDIT_LABELS, "state"))
+CONSUMER_METERED = Gauge("mountwarden_credit_consumer_metered_bytes_per_second",
+                         "Estimated metered bytes per second of one of a file system's busiest consumers "
+                         "(node reports: average since the mount)",
+                         ("file_system_id", "profile", "node", "pod", "volume"))
+PROFILE_METERED = Gauge("mountwarden_credit_profile_metered_bytes_per_second",
+                        "Estimated metered bytes per second of a profile's consumers on a file system (node reports)",
+                        ("file_system_id", "profile"))
 
 _CREDIT_GAUGES = {
     "balanceBytes": CREDIT_BALANCE,
@@ -20,19 +46,53 @@ _CREDIT_GAUGES = {
     "timeToEmptySeconds": CREDIT_TIME_TO_EMPTY,
     "permittedBytesPerSecond": CREDIT_PERMITTED,
     "meteredBytesPerSecond": CREDIT_METERED,
+    "netChangePerDayBytes": CREDIT_NET_CHANGE,
+    "percentIoLimit": CREDIT_IO_LIMIT,
 }
 
 
 def record_credits(profile: str, credits: dict) -> None:
     """Set the credit gauges from a status.credits object; a missing value removes its series."""
     labels = (profile, credits["fileSystemId"])
-    for key, gauge in _CREDIT_GAUGES.items():
-        value = credits.get(key)
+    values = {key: credits.get(key) for key in _CREDIT_GAUGES}
+    values_of = {**{gauge: values[key] for key, gauge in _CREDIT_GAUGES.items()},
+                 CREDIT_ELASTIC_COST: (credits.get("elasticEstimate") or {}).get("monthlyCostUsd")}
+    for gauge, value in values_of.items():
         if value is None:
             with contextlib.suppress(KeyError):
                 gauge.remove(*labels)
         else:
             gauge.labels(*labels).set(value)
+    for state in CreditState:
+        CREDIT_STATE.labels(*labels, state.value).set(1 if credits.get("state") == state.value else 0)
+
+
+_consumer_series: dict[str, set[tuple[str, ...]]] = {}
+_profile_series: dict[str, set[tuple[str, ...]]] = {}
+_consumers_lock = threading.Lock()
+
+
+def record_consumers(file_system_id: str, summary: ConsumerSummary) -> None:
+    """Set a file system's consumer gauges (its busiest consumers only); series no longer there are removed."""
+    consumers = {
+        (file_system_id, ",".join(c.profiles), c.node, ",".join(c.pods), ",".join(c.volumes)):
+            c.metered_bytes_per_second
+        for c in summary.top if c.metered_bytes_per_second is not None
+    }
+    profiles = {(file_system_id, usage.profile): usage.metered_bytes_per_second for usage in summary.profiles}
+    with _consumers_lock:
+        _replace_series(CONSUMER_METERED, _consumer_series, file_system_id, consumers)
+        _replace_series(PROFILE_METERED, _profile_series, file_system_id, profiles)
+
+
+def _replace_series(gauge: Gauge, known: dict[str, set[tuple[str, ...]]], key: str,
+                    values: dict[tuple[str, ...], float]) -> None:
+    for gone in known.get(key, set()) - set(values):
+        with contextlib.suppress(KeyError):
+            gauge.remove(*gone)
+    for labels, value in values.items():
+        gauge.labels(*labels).set(value)
+    known[key] = set(values)
 
 
 def serve(port: int, address: str = "0.0.0.0") -> None:

@@ -1,16 +1,36 @@
-"""From a credit series to a forecast: balance, slope, time to empty, state, advice.
+"""From a credit series to a forecast: balance, slope, day-over-day change, state, time to empty, advice.
 
 States (``Forecast.state``), judged for Bursting mode (and when the mode is unknown):
 
-- ``Healthy``: the balance is not falling. Provisioned and Elastic file systems
-  are not limited by credits, so they are Healthy whenever there is data;
-- ``Draining``: the balance falls by more than 1% of the baseline rate
-  (``b - m < -0.01 b``); ``time_to_empty_seconds`` says when it reaches zero;
+- ``Healthy``: the balance is not falling day over day, nor by a drain that is new
+  today. Provisioned and Elastic file systems are not limited by credits, so they are
+  Healthy whenever there is data;
+- ``Draining``: the balance will run out. ``time_to_empty_seconds`` says when and
+  ``time_to_empty_basis`` what it was projected from (:class:`DrainBasis`);
 - ``Empty``: the balance is below what the baseline earns in one period, so any
   burst is throttled, but the load still fits under the permitted rate;
 - ``Trap``: empty *and* metered at the permitted rate (at least 90% of it):
   every request now waits for credits the baseline earns;
 - ``Unknown``: no data to judge from.
+
+How Draining is judged, from two views of the balance (a drop is "real" when it is
+faster than 1% of the baseline rate):
+
+1. The slope fitted (Theil–Sen) over the trend window, the newest hour by default:
+   what is happening now.
+2. Whole days (:mod:`.daily`), when the window holds two of them (48 hours, the
+   default history): the day-over-day net change, and yesterday replayed from this hour.
+
+With whole days: a drop now that also ran at this time yesterday is the daily cycle;
+one that did not, and would empty the bucket within a day at its slope, is new and
+Draining at once (basis ``slope``). Otherwise the daily view decides: Draining when
+yesterday, replayed from today's balance, runs empty within 24 hours (basis ``same
+time yesterday``) or when the day-over-day change is negative (basis
+``day-over-day``, time to empty at that net rate), the sooner of the two. So a
+nightly job that drains 600 GiB a day more than the day refills is Draining at every
+hour of the day, and a job the day refills is Healthy even while it runs.
+
+With less than two days: Draining when the slope falls (basis ``slope``), as before.
 
 ``time_to_empty_seconds`` is 0 for Empty and Trap and None when not draining.
 """
@@ -19,23 +39,25 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from enum import StrEnum
 
+from mountwarden.core.credits.advice import Recommendation, demand, recommend_throughput_mode
 from mountwarden.core.credits.bucket import READ_METERING_FACTOR, CreditBucket, OpsBudget, ThroughputMode
+from mountwarden.core.credits.daily import (
+    DAY,
+    SECONDS_PER_DAY,
+    net_change_per_day,
+    replay_yesterday,
+    steepest_slope_around,
+)
+from mountwarden.core.credits.pricing import ElasticUsage, elastic_usage
 from mountwarden.core.credits.series import CreditSeries, EfsMetric, Sample
+from mountwarden.core.credits.state import CreditState, DrainBasis
 from mountwarden.core.credits.trend import theil_sen_slope
-from mountwarden.core.credits.units import MIB, format_bytes, format_duration, format_rate
 
 #: A slope smaller than this fraction of the baseline rate is noise, not a trend.
 FLAT_SLOPE_FRACTION_OF_BASELINE = 0.01
-
-
-class CreditState(StrEnum):
-    HEALTHY = "Healthy"
-    DRAINING = "Draining"
-    EMPTY = "Empty"
-    TRAP = "Trap"
-    UNKNOWN = "Unknown"
+#: The history a forecast reads by default: two whole days, for the day-over-day change.
+DEFAULT_HISTORY = timedelta(hours=48)
 
 
 @dataclass(frozen=True)
@@ -48,17 +70,14 @@ class ForecastSettings:
     flat_slope_fraction_of_baseline: float = FLAT_SLOPE_FRACTION_OF_BASELINE
     #: Metered at this fraction of the permitted rate counts as "at the ceiling".
     trap_fraction_of_permitted: float = 0.9
-    #: An average at or below this fraction of the peak is a spiky load: Elastic.
+    #: An average at or below this fraction of the peak is a spiky load: Elastic (when it cannot be priced).
     spiky_average_to_peak: float = 0.05
-
-
-@dataclass(frozen=True)
-class Recommendation:
-    mode: ThroughputMode
-    reason: str
-
-    def to_json(self) -> dict[str, str]:
-        return {"mode": self.mode.value, "reason": self.reason}
+    #: A drain now counts as yesterday's cycle if it ran within this long of the same time yesterday
+    #: (cron jitter, jobs that start a little later as data grows).
+    daily_jitter: timedelta = timedelta(hours=1)
+    #: A drain now that yesterday did not have alerts at once only if it would empty the bucket this soon;
+    #: a slower one shows in the day-over-day change by tomorrow.
+    new_drain_horizon: timedelta = DAY
 
 
 @dataclass(frozen=True)
@@ -80,6 +99,13 @@ class Forecast:
     observed_at: datetime | None
     baseline_bytes_per_second: float
     percent_io_limit: float | None
+    #: Mean balance of the newest 24 hours minus that of the 24 hours before (bytes); None under two days.
+    net_change_per_day_bytes: float | None = None
+    time_to_empty_basis: DrainBasis | None = None
+    #: What the window's load would be billed in Elastic mode.
+    elastic: ElasticUsage | None = None
+    #: Seconds of history the forecast had (from its oldest sample to "now").
+    history_seconds: float | None = None
 
     @property
     def headroom_bytes_per_second(self) -> float | None:
@@ -105,14 +131,19 @@ class Forecast:
             "size_gib": self.size_gib,
             "balance_bytes": self.balance_bytes,
             "slope_bytes_per_second": self.slope_bytes_per_second,
+            "net_change_per_day_bytes": self.net_change_per_day_bytes,
             "time_to_empty_seconds": self.time_to_empty_seconds,
+            "time_to_empty_basis": self.time_to_empty_basis.value if self.time_to_empty_basis else None,
             "state": self.state.value,
+            "history_seconds": self.history_seconds,
             "permitted_bytes_per_second": self.permitted_bytes_per_second,
             "metered_bytes_per_second": self.metered_bytes_per_second,
+            "percent_io_limit": self.percent_io_limit,
             "metadata_share": self.metadata_share,
             "ops_budget_per_second": self.ops_budget_per_second.to_json()
             if self.ops_budget_per_second
             else None,
+            "elastic_estimate": self.elastic.to_json() if self.elastic else None,
             "recommendation": self.recommendation.to_json(),
         }
 
@@ -130,7 +161,7 @@ def forecast_credits(
     all samples) keeps only samples in ``(now - window, now]``.
     """
     settings = settings or ForecastSettings()
-    samples = _clip(series, window, now)
+    samples, end = _clip(series, window, now)
     period = max(series.period_seconds, 1)
     bucket = CreditBucket(series.size_gib if series.size_gib is not None and series.size_gib >= 0 else 0.0)
     baseline = bucket.baseline_bytes_per_second
@@ -146,10 +177,24 @@ def forecast_credits(
     if permitted is None:
         permitted = _modelled_permitted(series, bucket, balance)
 
-    state, time_to_empty = _judge(
-        series.throughput_mode, samples, bucket, period, balance, slope, metered, permitted, settings
+    empty_below = baseline * period
+    daily = (
+        _DailyView.of(balance_samples, end, balance, empty_below, period, settings)
+        if end is not None and balance is not None
+        else _DailyView()
     )
-    load = _load_shape(samples, period)
+    state, time_to_empty, basis = _judge(
+        series.throughput_mode, samples, bucket, empty_below, balance, slope, metered, permitted, daily, settings
+    )
+    elastic = elastic_usage(samples, period)
+    bursting = series.throughput_mode in (None, ThroughputMode.BURSTING)
+    seen = demand(
+        samples,
+        period,
+        empty_below=empty_below if bursting else None,
+        ceiling_fraction=settings.trap_fraction_of_permitted,
+    )
+    average = _load_average(samples, period)
     return Forecast(
         file_system_id=series.file_system_id,
         throughput_mode=series.throughput_mode,
@@ -163,182 +208,111 @@ def forecast_credits(
         metadata_share=_metadata_share(series.throughput_mode, samples),
         ops_budget_per_second=OpsBudget.for_throughput(permitted) if permitted is not None else None,
         recommendation=recommend_throughput_mode(
-            series.throughput_mode, state, bucket, balance, *load, settings=settings
+            series.throughput_mode,
+            state,
+            bucket,
+            balance,
+            average,
+            seen=seen,
+            elastic=elastic,
+            censored=state is CreditState.TRAP,
+            spiky_average_to_peak=settings.spiky_average_to_peak,
         ),
         observed_at=observed_at,
         baseline_bytes_per_second=baseline,
         percent_io_limit=_mean_of_newest(samples[EfsMetric.PERCENT_IO_LIMIT], settings.recent_window),
+        net_change_per_day_bytes=daily.net_change_per_day,
+        time_to_empty_basis=basis,
+        elastic=elastic,
+        history_seconds=_history_seconds(samples, end, period),
     )
+
+
+@dataclass(frozen=True)
+class _DailyView:
+    """What whole days say (all None with less than two days of history)."""
+
+    net_change_per_day: float | None = None
+    #: The steepest slope around this time yesterday (bytes/s).
+    yesterday_slope: float | None = None
+    #: Seconds to empty if today repeats yesterday from this hour.
+    replayed_seconds_to_empty: float | None = None
+
+    @classmethod
+    def of(
+        cls,
+        balance: Sequence[Sample],
+        now: datetime,
+        level: float,
+        empty_below: float,
+        period: int,
+        settings: ForecastSettings,
+    ) -> "_DailyView":
+        net = net_change_per_day(balance, now, period)
+        if net is None:
+            return cls()
+        yesterday = _before(now, DAY)
+        return cls(
+            net_change_per_day=net,
+            yesterday_slope=steepest_slope_around(balance, yesterday, settings.trend_window, settings.daily_jitter),
+            replayed_seconds_to_empty=replay_yesterday(balance, now, level, empty_below, period),
+        )
 
 
 def _judge(
     mode: ThroughputMode | None,
     samples: dict[EfsMetric, tuple[Sample, ...]],
     bucket: CreditBucket,
-    period: int,
+    empty_below: float,
     balance: float | None,
     slope: float | None,
     metered: float | None,
     permitted: float | None,
+    daily: _DailyView,
     settings: ForecastSettings,
-) -> tuple[CreditState, float | None]:
-    baseline = bucket.baseline_bytes_per_second
+) -> tuple[CreditState, float | None, DrainBasis | None]:
     if mode in (ThroughputMode.PROVISIONED, ThroughputMode.ELASTIC):
-        return (CreditState.HEALTHY if any(samples.values()) else CreditState.UNKNOWN), None
+        return (CreditState.HEALTHY if any(samples.values()) else CreditState.UNKNOWN), None, None
     if balance is None:
-        return CreditState.UNKNOWN, None
-    if balance <= baseline * period:
+        return CreditState.UNKNOWN, None, None
+    if balance <= empty_below:
         at_ceiling = (
             metered is not None
             and permitted is not None
             and (metered >= settings.trap_fraction_of_permitted * permitted)
         )
-        return (CreditState.TRAP if at_ceiling else CreditState.EMPTY), 0.0
-    if slope is not None and slope < -settings.flat_slope_fraction_of_baseline * baseline:
-        return CreditState.DRAINING, _finite(balance / -slope)
-    return CreditState.HEALTHY, None
-
-
-def recommend_throughput_mode(
-    mode: ThroughputMode | None,
-    state: CreditState,
-    bucket: CreditBucket,
-    balance: float | None,
-    average_metered: float | None,
-    peak_metered: float | None,
-    *,
-    settings: ForecastSettings | None = None,
-) -> Recommendation:
-    """Bursting while the balance holds; Elastic for spiky load; Provisioned for steady load."""
-    settings = settings or ForecastSettings()
-    baseline = bucket.baseline_bytes_per_second
-    current = mode or ThroughputMode.BURSTING
-    if mode in (None, ThroughputMode.BURSTING):
-        if state is CreditState.UNKNOWN:
-            return Recommendation(current, "no BurstCreditBalance data in the window: nothing to judge yet")
-        if state is CreditState.HEALTHY:
-            return Recommendation(
-                ThroughputMode.BURSTING,
-                f"the balance ({format_bytes(balance or 0)}) is not falling: the "
-                f"{format_rate(baseline)} baseline keeps up with the load",
-            )
-    elif average_metered is None:
-        return Recommendation(current, "no MeteredIOBytes data in the window: nothing to judge yet")
-    elif average_metered <= baseline:
-        return Recommendation(
-            ThroughputMode.BURSTING,
-            f"the average metered load ({format_rate(average_metered)}) fits in the "
-            f"{format_rate(baseline)} baseline that Bursting earns for this size, at no throughput charge",
-        )
-    if average_metered is None or not peak_metered:
-        return Recommendation(
-            ThroughputMode.ELASTIC,
-            "credits run short and there is no metered load to size Provisioned throughput by; "
-            "Elastic needs no sizing and has no credits to run out",
-        )
-    ratio = average_metered / peak_metered
-    if ratio <= settings.spiky_average_to_peak:
-        return Recommendation(
-            ThroughputMode.ELASTIC,
-            f"the load is spiky: its average ({format_rate(average_metered)}) is {ratio:.0%} of its peak "
-            f"({format_rate(peak_metered)}); Elastic charges for what is used and has no credits to run out",
-        )
-    provision_mibps = max(1, math.ceil(peak_metered / MIB))
-    return Recommendation(
-        ThroughputMode.PROVISIONED,
-        f"the load is steady (average {format_rate(average_metered)} is {ratio:.0%} of the peak "
-        f"{format_rate(peak_metered)}) and above the {format_rate(baseline)} baseline: provision about "
-        f"{provision_mibps} MiB/s (the peak, rounded up); after switching to Provisioned or changing the "
-        "amount, EFS allows no decrease or switch back for 24 hours",
+        return (CreditState.TRAP if at_ceiling else CreditState.EMPTY), 0.0, None
+    flat = settings.flat_slope_fraction_of_baseline * bucket.baseline_bytes_per_second
+    falling_now = slope is not None and slope < -flat
+    at_slope = _finite(balance / -slope) if falling_now and slope else None
+    if daily.net_change_per_day is None:
+        return (CreditState.DRAINING, at_slope, DrainBasis.SLOPE) if falling_now else (CreditState.HEALTHY, None, None)
+    recurring = (
+        falling_now
+        and slope is not None
+        and daily.yesterday_slope is not None
+        and daily.yesterday_slope <= 0.5 * slope
     )
-
-
-@dataclass(frozen=True)
-class CreditCondition:
-    """A Kubernetes-style condition for a StorageProfile's status."""
-
-    type: str
-    status: str
-    reason: str
-    message: str
-
-
-def credit_condition(forecast: Forecast) -> CreditCondition:
-    """``CreditsDraining``: False when Healthy, Unknown when Unknown, else True; the state is the reason."""
-    status = {CreditState.HEALTHY: "False", CreditState.UNKNOWN: "Unknown"}.get(forecast.state, "True")
-    return CreditCondition("CreditsDraining", status, forecast.state.value, condition_message(forecast))
-
-
-def condition_message(forecast: Forecast) -> str:
-    """One line for people, e.g. ``balance 1.2 TiB falling 96 MiB/s: empty in 3.6 h (before 02:00 UTC);
-    metadata is 47% of metered bytes``."""
-    parts = [_state_sentence(forecast)]
-    if forecast.metadata_share is not None and forecast.state is not CreditState.UNKNOWN:
-        parts.append(f"metadata is {forecast.metadata_share:.0%} of metered bytes")
-    if forecast.percent_io_limit is not None and forecast.percent_io_limit >= 90:
-        parts.append(f"I/O is at {forecast.percent_io_limit:.0f}% of the General Purpose limit")
-    return "; ".join(parts)
-
-
-def _state_sentence(forecast: Forecast) -> str:
-    balance = format_bytes(forecast.balance_bytes or 0)
-    metered = _rate_or_unknown(forecast.metered_bytes_per_second)
-    permitted = _rate_or_unknown(forecast.permitted_bytes_per_second)
-    state = forecast.state
-    if state is CreditState.UNKNOWN:
-        return (
-            f"no credit data for {forecast.file_system_id} in the window: check the file system id "
-            "and the region, and that CloudWatch has data for it yet"
-        )
-    if forecast.throughput_mode in (ThroughputMode.PROVISIONED, ThroughputMode.ELASTIC):
-        return (
-            f"{forecast.throughput_mode.value} mode, not limited by credits: metered {metered} "
-            f"of {permitted} permitted"
-        )
-    if state is CreditState.DRAINING:
-        falling = format_rate(-(forecast.slope_bytes_per_second or 0))
-        when = _deadline(forecast)
-        return (
-            f"balance {balance} falling {falling}: empty in "
-            + format_duration(forecast.time_to_empty_seconds or 0)
-            + (f" ({when})" if when else "")
-        )
-    budget = forecast.ops_budget_per_second
-    small_ops = (
-        f"{budget.writes_or_metadata:.0f} small writes or metadata ops/s" if budget else "the baseline"
-    )
-    if state is CreditState.TRAP:
-        return (
-            f"balance empty ({balance}) and metered {metered} at the permitted {permitted}: "
-            f"throttled to {small_ops}"
-        )
-    if state is CreditState.EMPTY:
-        return (
-            f"balance empty ({balance}): any burst above {permitted} is throttled ({small_ops}); "
-            f"metered {metered}"
-        )
-    slope = forecast.slope_bytes_per_second
-    flat = forecast.baseline_bytes_per_second * FLAT_SLOPE_FRACTION_OF_BASELINE
-    trend = f"rising {format_rate(slope)}" if slope is not None and slope > flat else "steady"
-    return f"balance {balance} {trend}"
-
-
-def _deadline(forecast: Forecast) -> str | None:
-    empty_at = forecast.empty_at
-    if empty_at is None or forecast.observed_at is None:
-        return None
-    within_a_day = empty_at - forecast.observed_at < timedelta(hours=24)
-    return "before " + empty_at.strftime("%H:%M UTC" if within_a_day else "%Y-%m-%d %H:%M UTC")
-
-
-def _rate_or_unknown(rate: float | None) -> str:
-    return "unknown" if rate is None else format_rate(rate)
+    new_drain = falling_now and not recurring and at_slope is not None
+    if new_drain and at_slope <= settings.new_drain_horizon.total_seconds():
+        return CreditState.DRAINING, at_slope, DrainBasis.SLOPE
+    projections: list[tuple[float, DrainBasis]] = []
+    if daily.replayed_seconds_to_empty is not None:
+        projections.append((daily.replayed_seconds_to_empty, DrainBasis.SAME_TIME_YESTERDAY))
+    if daily.net_change_per_day < -flat * SECONDS_PER_DAY:
+        at_net = _finite(balance / (-daily.net_change_per_day / SECONDS_PER_DAY))
+        if at_net is not None:
+            projections.append((at_net, DrainBasis.DAY_OVER_DAY))
+    if projections:
+        seconds, basis = min(projections, key=lambda projection: projection[0])
+        return CreditState.DRAINING, seconds, basis
+    return CreditState.HEALTHY, None, None
 
 
 def _clip(
     series: CreditSeries, window: timedelta | None, now: datetime | None
-) -> dict[EfsMetric, tuple[Sample, ...]]:
-    """Finite samples in ``(now - window, now]``, where ``now`` defaults to the newest of all."""
+) -> tuple[dict[EfsMetric, tuple[Sample, ...]], datetime | None]:
+    """Finite samples in ``(now - window, now]``, and that ``now`` (by default the newest sample of all)."""
     if now is not None and now.tzinfo is None:
         now = now.replace(tzinfo=UTC)
     kept = {
@@ -346,10 +320,11 @@ def _clip(
         for metric in EfsMetric
     }
     newest = [samples[-1].at for samples in kept.values() if samples]
-    if window is not None and newest:
-        start = _before(now or max(newest), window)
+    end = now or (max(newest) if newest else None)
+    if window is not None and end is not None:
+        start = _before(end, window)
         kept = {metric: [s for s in samples if s.at > start] for metric, samples in kept.items()}
-    return {metric: tuple(samples) for metric, samples in kept.items()}
+    return {metric: tuple(samples) for metric, samples in kept.items()}, end
 
 
 def _newest(samples: Sequence[Sample], span: timedelta) -> list[Sample]:
@@ -414,18 +389,21 @@ def _metadata_share(
     return None if share is None else min(1.0, max(0.0, share))
 
 
-def _load_shape(
-    samples: dict[EfsMetric, tuple[Sample, ...]], period: int
-) -> tuple[float | None, float | None]:
-    """(average, peak) metered rate over the window; periods without data count as idle."""
+def _load_average(samples: dict[EfsMetric, tuple[Sample, ...]], period: int) -> float | None:
+    """The average metered rate over the window; periods without data count as idle."""
     metered = samples[EfsMetric.METERED_IO_BYTES]
     if not metered:
-        return None, None
+        return None
     stamps = [s.at for series in samples.values() for s in series]
     span = (max(stamps) - min(stamps)).total_seconds() + period
-    average = _finite(sum(s.value for s in metered) / span)
-    peak = _finite(max(s.value for s in metered) / period)
-    return average, peak
+    return _finite(sum(s.value for s in metered) / span)
+
+
+def _history_seconds(samples: dict[EfsMetric, tuple[Sample, ...]], end: datetime | None, period: int) -> float | None:
+    stamps = [series[0].at for series in samples.values() if series]
+    if end is None or not stamps:
+        return None
+    return _finite((end - min(stamps)).total_seconds() + period)
 
 
 def _finite(value: float) -> float | None:

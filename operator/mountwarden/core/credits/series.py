@@ -13,9 +13,17 @@ MetadataIOBytes        Sum         ``metadata``     metadata bytes
 DataReadIOBytes        Sum         ``read``         bytes read
 DataWriteIOBytes       Sum         ``write``        bytes written
 PercentIOLimit         Average     ``iolimit``      % of the General Purpose I/O limit
+DataReadIOBytes        SampleCount ``readops``      read requests (hourly)
+DataWriteIOBytes       SampleCount ``writeops``     write requests (hourly)
+MetadataIOBytes        SampleCount ``metadataops``  metadata requests (hourly)
 StorageBytes           Average     ``storage``      Standard-class bytes (size fallback,
                                                     dimension StorageClass=Standard too)
 =====================  ==========  ===============  ===================================
+
+The SampleCount statistic of the three IOBytes metrics counts requests (EFS User Guide,
+"Amazon CloudWatch metrics for Amazon EFS"); the counts are what Elastic's per-request
+minimums apply to (:mod:`.pricing`). They change the advice, not the state, so hourly
+points are enough: 48 per query over two days instead of 576.
 
 A result is recognised by its ``Label`` (the metric name, optionally preceded by
 the file system id and a space: ``fs-0123 BurstCreditBalance``) or else by its
@@ -37,7 +45,13 @@ from mountwarden.core.credits.units import GIB
 PERIOD_SECONDS = 300
 
 
+#: Seconds per point of the request counts (SampleCount), and of the StorageBytes fallback.
+HOURLY_PERIOD_SECONDS = 3600
+
+
 class EfsMetric(StrEnum):
+    """A series the forecast reads: an AWS/EFS metric, or a request count (a metric's SampleCount)."""
+
     BURST_CREDIT_BALANCE = "BurstCreditBalance"
     PERMITTED_THROUGHPUT = "PermittedThroughput"
     METERED_IO_BYTES = "MeteredIOBytes"
@@ -46,6 +60,22 @@ class EfsMetric(StrEnum):
     DATA_WRITE_IO_BYTES = "DataWriteIOBytes"
     PERCENT_IO_LIMIT = "PercentIOLimit"
     STORAGE_BYTES = "StorageBytes"
+    DATA_READ_OPS = "DataReadOps"
+    DATA_WRITE_OPS = "DataWriteOps"
+    METADATA_OPS = "MetadataOps"
+
+    @property
+    def cloudwatch_name(self) -> str:
+        """The AWS/EFS MetricName this series is read from."""
+        return _COUNTED.get(self, self).value
+
+
+#: Request counts and the metric whose SampleCount they are.
+_COUNTED = {
+    EfsMetric.DATA_READ_OPS: EfsMetric.DATA_READ_IO_BYTES,
+    EfsMetric.DATA_WRITE_OPS: EfsMetric.DATA_WRITE_IO_BYTES,
+    EfsMetric.METADATA_OPS: EfsMetric.METADATA_IO_BYTES,
+}
 
 
 @dataclass(frozen=True)
@@ -55,6 +85,8 @@ class MetricQuery:
     metric: EfsMetric
     statistic: str
     id_prefix: str
+    #: None: the forecast's period (PERIOD_SECONDS).
+    period_seconds: int | None = None
 
 
 #: The metrics fetched for every file system, every interval.
@@ -66,9 +98,13 @@ CREDIT_METRICS: tuple[MetricQuery, ...] = (
     MetricQuery(EfsMetric.DATA_READ_IO_BYTES, "Sum", "read"),
     MetricQuery(EfsMetric.DATA_WRITE_IO_BYTES, "Sum", "write"),
     MetricQuery(EfsMetric.PERCENT_IO_LIMIT, "Average", "iolimit"),
+    MetricQuery(EfsMetric.DATA_READ_OPS, "SampleCount", "readops", HOURLY_PERIOD_SECONDS),
+    MetricQuery(EfsMetric.DATA_WRITE_OPS, "SampleCount", "writeops", HOURLY_PERIOD_SECONDS),
+    MetricQuery(EfsMetric.METADATA_OPS, "SampleCount", "metadataops", HOURLY_PERIOD_SECONDS),
 )
 #: Asked only for file systems whose DescribeFileSystems size is missing (or 0).
-STORAGE_QUERY = MetricQuery(EfsMetric.STORAGE_BYTES, "Average", "storage")
+#: Size changes slowly: hourly points keep the fallback from costing a call of its own.
+STORAGE_QUERY = MetricQuery(EfsMetric.STORAGE_BYTES, "Average", "storage", HOURLY_PERIOD_SECONDS)
 
 _BY_PREFIX = {query.id_prefix: query.metric for query in (*CREDIT_METRICS, STORAGE_QUERY)}
 _METRIC_NAMES = {metric.value for metric in EfsMetric}
@@ -90,6 +126,8 @@ class CreditSeries:
     provisioned_bytes_per_second: float | None = None
     period_seconds: int = PERIOD_SECONDS
     samples: Mapping[EfsMetric, tuple[Sample, ...]] = field(default_factory=dict)
+    #: The AWS region it lives in, when known (prices are given per region).
+    region: str | None = None
 
     @property
     def size_gib(self) -> float | None:

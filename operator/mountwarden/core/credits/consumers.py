@@ -1,0 +1,344 @@
+"""Who drains a file system: metered bytes per pod volume, from the node reports' per-op counters.
+
+CloudWatch says how much a file system is metered, not for whom. Every node's
+NodeMountReport carries, for each pod volume, the NFS client's per-operation totals
+since the mount was made (mountstats: requests, bytes sent, bytes received) and the
+mount's age. EFS meters each request as at least 4 KiB and reads at one third (EFS
+User Guide, "Amazon CloudWatch metrics for Amazon EFS", MeteredIOBytes; the same rule
+as :func:`~mountwarden.core.credits.metering.metered_bytes`), so per mount:
+
+- reads (READ, READ_PLUS): ``max(bytes received, requests x 4 KiB) / 3``;
+- writes (WRITE): ``max(bytes sent, requests x 4 KiB)``, in full;
+- every other operation (GETATTR, LOOKUP, ACCESS, OPEN, LOCK, ...) is metadata:
+  ``max(bytes received, requests x 4 KiB)``.
+
+And what the same requests would be billed in Elastic mode: reads and writes at
+``max(bytes, requests x 32 KiB)``, metadata as above (:mod:`.pricing`).
+
+What these estimates are, and are not: byte counters include RPC headers (a few
+hundred bytes a request, lost in the 4 KiB minimum for small requests); a minimum
+applied to totals is a lower bound of the per-request sum; the agent keeps each
+mount's ten busiest operations, so rare ones are missing; the rate is the average
+since the mount was made (``ageSeconds``), not the rate now. Mounts that share a
+superblock on one node share one set of counters (the kernel keeps them per
+superblock), so they are counted once, as one consumer that names every pod.
+
+:func:`reported_volumes` is the one place this module reads a NodeMountReport.
+"""
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from mountwarden.core.credits.bucket import READ_METERING_FACTOR, SMALL_REQUEST_BYTES
+from mountwarden.core.credits.metering import ELASTIC_DATA_MINIMUM_BYTES
+from mountwarden.core.presets import EFS_PROVISIONER
+
+#: NFS operations that carry file data (mountstats names, NFSv3 and NFSv4).
+READ_OPERATIONS = frozenset({"READ", "READ_PLUS"})
+WRITE_OPERATIONS = frozenset({"WRITE"})
+#: Consumers named in a profile's status and in the metrics, busiest first.
+TOP_CONSUMERS = 5
+
+
+@dataclass(frozen=True)
+class OperationCounters:
+    """One NFS operation's totals since the mount was made; a byte counter is None when not reported."""
+
+    ops: int
+    bytes_sent: int | None = None
+    bytes_received: int | None = None
+
+
+@dataclass(frozen=True)
+class ReportedVolume:
+    """A pod volume as its node's report gives it, with what metering needs."""
+
+    node: str
+    pod_uid: str | None
+    volume_name: str
+    superblock: str
+    age_seconds: float | None
+    operations: Mapping[str, OperationCounters]
+    scan_time: datetime | None = None
+
+
+def reported_volumes(node: str, spec: Mapping[str, Any]) -> list[ReportedVolume]:
+    """The pod volumes of one NodeMountReport's spec (its wire form, camelCase); unreadable entries are skipped."""
+    scan_time = _timestamp(spec.get("scanTime"))
+    found = []
+    for volume in spec.get("volumes") or ():
+        if not isinstance(volume, Mapping) or not volume.get("volumeName"):
+            continue
+        operations = {}
+        for name, totals in (volume.get("operations") or {}).items():
+            ops = _count(totals.get("ops")) if isinstance(totals, Mapping) else None
+            if ops is not None:
+                operations[str(name)] = OperationCounters(
+                    ops, _count(totals.get("bytesSent")), _count(totals.get("bytesReceived"))
+                )
+        found.append(
+            ReportedVolume(
+                node=node,
+                pod_uid=volume.get("podUid"),
+                volume_name=str(volume["volumeName"]),
+                superblock=str(volume.get("superblock") or volume.get("mountPoint") or volume["volumeName"]),
+                age_seconds=_count(volume.get("ageSeconds")),
+                operations=operations,
+                scan_time=scan_time,
+            )
+        )
+    return found
+
+
+@dataclass(frozen=True)
+class MeteredEstimate:
+    """What a mount's requests were metered as (Bursting and Provisioned rules) and would be billed in Elastic."""
+
+    read_bytes: float
+    write_bytes: float
+    metadata_ops: int
+    #: Bursting metering: reads at one third, every request at least 4 KiB.
+    metered_bytes: float
+    #: Elastic billing: reads and writes at least 32 KiB, metadata at least 4 KiB, reads in full.
+    elastic_bytes: float
+    #: Some read or write had no byte counter: its bytes are the minimum alone.
+    bytes_missing: bool = False
+
+
+def estimate_metering(operations: Mapping[str, OperationCounters]) -> MeteredEstimate:
+    """Meter one mount's per-operation totals (see the module for the rules)."""
+    read_bytes = write_bytes = metered = elastic = 0.0
+    metadata_ops = 0
+    missing = False
+    for name, totals in operations.items():
+        if name in READ_OPERATIONS:
+            missing |= totals.bytes_received is None
+            payload = float(totals.bytes_received or 0)
+            read_bytes += payload
+            metered += max(payload, totals.ops * SMALL_REQUEST_BYTES) * READ_METERING_FACTOR
+            elastic += max(payload, totals.ops * ELASTIC_DATA_MINIMUM_BYTES)
+        elif name in WRITE_OPERATIONS:
+            missing |= totals.bytes_sent is None
+            payload = float(totals.bytes_sent or 0)
+            write_bytes += payload
+            metered += max(payload, totals.ops * SMALL_REQUEST_BYTES)
+            elastic += max(payload, totals.ops * ELASTIC_DATA_MINIMUM_BYTES)
+        else:
+            metadata_ops += totals.ops
+            billed = max(float(totals.bytes_received or 0), totals.ops * SMALL_REQUEST_BYTES)
+            metered += billed
+            elastic += billed
+    return MeteredEstimate(read_bytes, write_bytes, metadata_ops, metered, elastic, missing)
+
+
+def watched_file_system(spec: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(file system id, region) a StorageProfile's spec watches: creditWatch.fileSystemId, else an EFS
+    backend's fileSystemId; the region is "" for the default one. None when it watches none."""
+    watch = spec.get("creditWatch") or {}
+    backend = spec.get("backend") or {}
+    file_system_id = watch.get("fileSystemId")
+    if not file_system_id and backend.get("provisioner") == EFS_PROVISIONER:
+        file_system_id = (backend.get("parameters") or {}).get("fileSystemId")
+    if not file_system_id:
+        return None
+    return str(file_system_id), str(watch.get("region") or "")
+
+
+@dataclass(frozen=True)
+class VolumeOwner:
+    """Whose a pod volume is: the pod, and the profile and file system of its PersistentVolume."""
+
+    pod: str  # namespace/name
+    profile: str
+    file_system_id: str
+
+
+@dataclass(frozen=True)
+class VolumeOwners:
+    """Lookups from a report's (pod UID, volume name) to its owner; each answers None when it does not know."""
+
+    pod_of: Callable[[str], str | None]  # pod UID -> namespace/name
+    storage_class_of: Callable[[str], str | None]  # PersistentVolume -> StorageClass
+    profile_of: Callable[[str], str | None]  # StorageClass -> StorageProfile
+    file_system_of: Callable[[str], str | None]  # StorageProfile -> EFS file system id
+
+    @classmethod
+    def from_mappings(
+        cls,
+        pods: Mapping[str, str],
+        storage_classes: Mapping[str, str],
+        profiles: Mapping[str, str],
+        file_systems: Mapping[str, str],
+    ) -> "VolumeOwners":
+        return cls(pods.get, storage_classes.get, profiles.get, file_systems.get)
+
+    def owner_of(self, volume: ReportedVolume) -> VolumeOwner | None:
+        if not volume.pod_uid:
+            return None  # a CSI staging mount belongs to no pod
+        storage_class = self.storage_class_of(volume.volume_name)
+        profile = self.profile_of(storage_class) if storage_class else None
+        file_system = self.file_system_of(profile) if profile else None
+        if not profile or not file_system:
+            return None
+        return VolumeOwner(self.pod_of(volume.pod_uid) or volume.pod_uid, profile, file_system)
+
+
+@dataclass(frozen=True)
+class Consumer:
+    """One set of counters on one node: a pod volume, or several sharing one superblock."""
+
+    node: str
+    volumes: tuple[str, ...]
+    pods: tuple[str, ...]
+    profiles: tuple[str, ...]
+    estimate: MeteredEstimate
+    age_seconds: float | None
+
+    @property
+    def metered_bytes_per_second(self) -> float | None:
+        return _rate(self.estimate.metered_bytes, self.age_seconds)
+
+    @property
+    def elastic_bytes_per_second(self) -> float | None:
+        return _rate(self.estimate.elastic_bytes, self.age_seconds)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "node": self.node,
+            "pods": list(self.pods),
+            "volumes": list(self.volumes),
+            "profiles": list(self.profiles),
+            "metered_bytes": self.estimate.metered_bytes,
+            "metered_bytes_per_second": self.metered_bytes_per_second,
+            "elastic_bytes_per_second": self.elastic_bytes_per_second,
+            "read_bytes": self.estimate.read_bytes,
+            "write_bytes": self.estimate.write_bytes,
+            "metadata_ops": self.estimate.metadata_ops,
+            "mounted_seconds": self.age_seconds,
+        }
+
+
+@dataclass(frozen=True)
+class ProfileUsage:
+    profile: str
+    metered_bytes_per_second: float
+    consumers: int
+
+
+@dataclass(frozen=True)
+class ConsumerSummary:
+    """The consumers of one file system, busiest first, and the estimate per profile."""
+
+    file_system_id: str
+    metered_bytes_per_second: float
+    profiles: tuple[ProfileUsage, ...]
+    top: tuple[Consumer, ...]
+    #: Consumers found in all (``top`` holds at most TOP_CONSUMERS of them).
+    consumers: int
+    newest_report: datetime | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "estimated_metered_bytes_per_second": self.metered_bytes_per_second,
+            "consumers": self.consumers,
+            "by_profile": [
+                {"profile": p.profile, "metered_bytes_per_second": p.metered_bytes_per_second, "consumers": p.consumers}
+                for p in self.profiles
+            ],
+            "top": [consumer.to_json() for consumer in self.top],
+            "newest_report": self.newest_report.isoformat() if self.newest_report else None,
+            "notes": list(self.notes),
+        }
+
+
+#: How the figures were estimated, for the status and the CLI.
+ESTIMATE_NOTE = (
+    "estimated from the node reports' per-operation totals since each mount was made (the ten busiest "
+    "operations): metadata requests at 4 KiB, reads at a third, writes in full, as EFS meters them; "
+    "a rate is the average since the mount"
+)
+
+
+def summarize_consumers(
+    volumes: Iterable[ReportedVolume], owners: VolumeOwners, file_system_id: str, *, top: int = TOP_CONSUMERS
+) -> ConsumerSummary:
+    """Every pod volume on ``file_system_id`` whose owner is known, grouped by (node, superblock), ranked."""
+    groups: dict[tuple[str, str], list[tuple[ReportedVolume, VolumeOwner]]] = defaultdict(list)
+    newest: datetime | None = None
+    for volume in volumes:
+        owner = owners.owner_of(volume)
+        if owner is None or owner.file_system_id != file_system_id:
+            continue
+        groups[(volume.node, volume.superblock)].append((volume, owner))
+        if volume.scan_time and (newest is None or volume.scan_time > newest):
+            newest = volume.scan_time
+    consumers = [_consumer(node, members) for (node, _), members in groups.items()]
+    consumers.sort(key=_busiest_first)
+    by_profile: dict[str, list[float]] = defaultdict(list)
+    for consumer in consumers:
+        rate = consumer.metered_bytes_per_second or 0.0
+        for profile in consumer.profiles:  # a superblock shared by several profiles is split evenly
+            by_profile[profile].append(rate / len(consumer.profiles))
+    profiles = sorted(
+        (ProfileUsage(name, math.fsum(rates), len(rates)) for name, rates in by_profile.items()),
+        key=lambda usage: (-usage.metered_bytes_per_second, usage.profile),
+    )
+    notes = [ESTIMATE_NOTE]
+    if any(consumer.estimate.bytes_missing for consumer in consumers):
+        notes.append("some reports carry no byte counters (an older agent): their reads and writes count "
+                     "at the 4 KiB minimum only")
+    if any(consumer.age_seconds is None for consumer in consumers):
+        notes.append("some reports carry no mount age (an older agent): those consumers have totals, no rate")
+    return ConsumerSummary(
+        file_system_id=file_system_id,
+        metered_bytes_per_second=math.fsum(usage.metered_bytes_per_second for usage in profiles),
+        profiles=tuple(profiles),
+        top=tuple(consumers[:top]),
+        consumers=len(consumers),
+        newest_report=newest,
+        notes=tuple(notes),
+    )
+
+
+def _consumer(node: str, members: list[tuple[ReportedVolume, VolumeOwner]]) -> Consumer:
+    first = members[0][0]  # the counters are the superblock's: every member has the same ones
+    ages = [volume.age_seconds for volume, _ in members if volume.age_seconds is not None]
+    return Consumer(
+        node=node,
+        volumes=tuple(sorted({volume.volume_name for volume, _ in members})),
+        pods=tuple(sorted({owner.pod for _, owner in members})),
+        profiles=tuple(sorted({owner.profile for _, owner in members})),
+        estimate=estimate_metering(first.operations),
+        age_seconds=max(ages) if ages else None,
+    )
+
+
+def _busiest_first(consumer: Consumer) -> tuple[int, float, str]:
+    rate = consumer.metered_bytes_per_second
+    # Those with a rate first, by rate; those without (no age) after, by their totals.
+    return (0, -rate, consumer.node) if rate is not None else (1, -consumer.estimate.metered_bytes, consumer.node)
+
+
+def _rate(total: float, seconds: float | None) -> float | None:
+    if not seconds or seconds <= 0:
+        return None
+    rate = total / seconds
+    return rate if math.isfinite(rate) else None
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _timestamp(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None

@@ -1,0 +1,177 @@
+"""Who drains a file system: per-op counters from the node reports, metered as EFS meters them, ranked."""
+
+from datetime import UTC, datetime
+
+import pytest
+from tests.procroot import Mount, assemble_proc_root, pod_uid
+
+from mountwarden.adapters.procreader import ProcRoot
+from mountwarden.agent.report import content
+from mountwarden.agent.scan import scan_node_report
+from mountwarden.core.credits import KIB, MIB
+from mountwarden.core.credits.consumers import (
+    OperationCounters,
+    ReportedVolume,
+    VolumeOwners,
+    estimate_metering,
+    reported_volumes,
+    summarize_consumers,
+    watched_file_system,
+)
+
+FS, OTHER_FS = "fs-0123456789abcdef0", "fs-0fedcba987654321f"
+
+
+def test_reads_count_a_third_writes_in_full_and_metadata_at_4_kib():
+    estimate = estimate_metering({
+        # 10 reads of 1 MiB, plus headers; 1,000 writes of 4 KiB (SQLite pages), plus headers.
+        "READ": OperationCounters(10, bytes_sent=10 * 120, bytes_received=10 * (MIB + 100)),
+        "WRITE": OperationCounters(1000, bytes_sent=1000 * (4 * KIB + 150), bytes_received=1000 * 100),
+        # 500 GETATTRs of ~200 bytes each way: the 4 KiB minimum wins.
+        "GETATTR": OperationCounters(500, bytes_sent=500 * 200, bytes_received=500 * 250),
+        "LOOKUP": OperationCounters(20),
+    })
+    assert estimate.read_bytes == 10 * (MIB + 100)
+    assert estimate.write_bytes == 1000 * (4 * KIB + 150)
+    assert estimate.metadata_ops == 520
+    assert estimate.metered_bytes == pytest.approx(10 * (MIB + 100) / 3 + 1000 * (4 * KIB + 150) + 520 * 4 * KIB)
+    # Elastic: the writes at 32 KiB each; the 1 MiB reads as they are, in full.
+    assert estimate.elastic_bytes == pytest.approx(10 * (MIB + 100) + 1000 * 32 * KIB + 520 * 4 * KIB)
+    assert not estimate.bytes_missing
+
+
+def test_small_reads_meet_the_4_kib_minimum_before_the_third():
+    estimate = estimate_metering({"READ": OperationCounters(300, bytes_received=300 * 512)})
+    assert estimate.metered_bytes == pytest.approx(300 * 4 * KIB / 3)
+
+
+def test_a_report_without_byte_counters_counts_the_minimum_and_says_so():
+    estimate = estimate_metering({"WRITE": OperationCounters(10)})
+    assert estimate.metered_bytes == 10 * 4 * KIB and estimate.bytes_missing
+
+
+def wire_volume(pod, volume, superblock, age, operations):
+    return {"podUid": pod, "volumeName": volume, "superblock": superblock, "ageSeconds": age, "operations": {
+        name: {"ops": ops, "bytesSent": sent, "bytesReceived": received}
+        for name, (ops, sent, received) in operations.items()}}
+
+
+def test_a_reports_wire_form_is_read_and_broken_entries_are_skipped():
+    spec = {"scanTime": "2026-12-01T10:00:00Z", "volumes": [
+        wire_volume("uid-a", "pv-a", "0:101", 100, {"WRITE": (10, 40960, 1000)}),
+        {"podUid": "uid-b"},  # no volume name
+        "not a volume",
+        {"volumeName": "pv-c", "operations": {"READ": {"ops": -1}, "GETATTR": {"ops": 3}}},
+    ]}
+    volumes = reported_volumes("node-1", spec)
+    assert [v.volume_name for v in volumes] == ["pv-a", "pv-c"]
+    first = volumes[0]
+    assert (first.node, first.pod_uid, first.superblock, first.age_seconds) == ("node-1", "uid-a", "0:101", 100)
+    assert first.operations == {"WRITE": OperationCounters(10, 40960, 1000)}
+    assert first.scan_time == datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
+    assert volumes[1].operations == {"GETATTR": OperationCounters(3)}  # the negative count is dropped
+    assert reported_volumes("node-1", {}) == []
+
+
+OWNERS = VolumeOwners.from_mappings(
+    pods={"uid-a": "data/importer-0", "uid-b": "data/uploader-0", "uid-c": "data/uploader-1",
+          "uid-d": "web/cache-0", "uid-e": "data/static-0"},
+    storage_classes={"pv-a": "scratch-v1", "pv-b": "staging-v2", "pv-c": "staging-v2", "pv-d": "cache-v1",
+                     "pv-e": "static-v1"},
+    profiles={"scratch-v1": "importer-scratch", "staging-v2": "upload-staging", "cache-v1": "web-cache",
+              "static-v1": "static"},
+    file_systems={"importer-scratch": FS, "upload-staging": FS, "static": FS, "web-cache": OTHER_FS},
+)
+
+
+def volume(node, pod, pv, superblock, age, **operations):
+    return ReportedVolume(node, pod, pv, superblock, age,
+                          {name: OperationCounters(*counts) for name, counts in operations.items()})
+
+
+def test_the_consumers_of_a_file_system_are_ranked_by_metered_rate_with_shared_superblocks_once():
+    volumes = [
+        # The importer: 1,000 GETATTRs a second for an hour, 4 KiB each: 3.9 MiB/s.
+        volume("node-1", "uid-a", "pv-a", "0:101", 3600, GETATTR=(3_600_000,)),
+        # Two uploaders on one node share a superblock, so they share counters: 1 MiB/s of writes, once.
+        volume("node-2", "uid-b", "pv-b", "0:102", 7200, WRITE=(7200, 7200 * MIB, 0)),
+        volume("node-2", "uid-c", "pv-c", "0:102", 7200, WRITE=(7200, 7200 * MIB, 0)),
+        # On another file system: left out.
+        volume("node-1", "uid-d", "pv-d", "0:103", 60, WRITE=(600, 600 * MIB, 0)),
+        # A staging mount (no pod) and a volume of no profile: left out.
+        volume("node-1", None, "pv-a", "0:101", 3600, GETATTR=(1,)),
+        volume("node-3", "uid-x", "pv-unknown", "0:104", 10, GETATTR=(1,)),
+        # Read-only static content: 2.4 MiB/s of 1 MiB reads, metered at a third.
+        volume("node-3", "uid-e", "pv-e", "0:105", 100, READ=(240, 0, 240 * MIB)),
+    ]
+    summary = summarize_consumers(volumes, OWNERS, FS, top=2)
+    assert summary.consumers == 3
+    assert [c.pods for c in summary.top] == [("data/importer-0",), ("data/uploader-0", "data/uploader-1")]
+    importer, uploaders = summary.top
+    assert importer.metered_bytes_per_second == pytest.approx(1000 * 4 * KIB)
+    assert uploaders.metered_bytes_per_second == pytest.approx(MIB)
+    assert uploaders.volumes == ("pv-b", "pv-c") and uploaders.node == "node-2"
+    static = summarize_consumers(volumes, OWNERS, FS).top[2]
+    assert static.metered_bytes_per_second == pytest.approx(0.8 * MIB)
+    assert static.elastic_bytes_per_second == pytest.approx(2.4 * MIB)  # Elastic bills reads in full
+    usage = {p.profile: (p.metered_bytes_per_second, p.consumers) for p in summary.profiles}
+    assert usage == {"importer-scratch": (pytest.approx(1000 * 4 * KIB), 1), "static": (pytest.approx(0.8 * MIB), 1),
+                     "upload-staging": (pytest.approx(MIB), 1)}
+    assert [p.profile for p in summary.profiles] == ["importer-scratch", "upload-staging", "static"]
+    assert summary.metered_bytes_per_second == pytest.approx(1000 * 4 * KIB + 1.8 * MIB)
+    document = summary.to_json()
+    assert document["top"][0]["pods"] == ["data/importer-0"] and "4 KiB" in document["notes"][0]
+
+
+def test_a_superblock_shared_by_two_profiles_is_split_between_them():
+    volumes = [volume("node-1", "uid-a", "pv-a", "0:101", 100, WRITE=(100, 100 * MIB, 0)),
+               volume("node-1", "uid-b", "pv-b", "0:101", 100, WRITE=(100, 100 * MIB, 0))]
+    summary = summarize_consumers(volumes, OWNERS, FS)
+    assert summary.consumers == 1 and summary.top[0].profiles == ("importer-scratch", "upload-staging")
+    assert {p.profile: p.metered_bytes_per_second for p in summary.profiles} == {
+        "importer-scratch": pytest.approx(MIB / 2), "upload-staging": pytest.approx(MIB / 2)}
+
+
+def test_reports_of_an_older_agent_have_totals_but_no_rate_and_say_so():
+    volumes = [volume("node-1", "uid-a", "pv-a", "0:101", None, WRITE=(10,)),
+               volume("node-2", "uid-b", "pv-b", "0:102", 10, GETATTR=(10,))]
+    summary = summarize_consumers(volumes, OWNERS, FS)
+    assert summary.top[0].pods == ("data/uploader-0",)  # those with a rate come first
+    assert summary.top[1].metered_bytes_per_second is None
+    assert any("no mount age" in note for note in summary.notes)
+    assert any("no byte counters" in note for note in summary.notes)
+
+
+def test_the_file_system_a_profile_watches():
+    assert watched_file_system({"creditWatch": {"fileSystemId": FS, "region": "eu-west-1"}}) == (FS, "eu-west-1")
+    efs = {"backend": {"provisioner": "efs.csi.aws.com", "parameters": {"fileSystemId": FS}}}
+    assert watched_file_system(efs) == (FS, "")
+    assert watched_file_system({"backend": {"provisioner": "nfs.csi.k8s.io", "parameters": {}}}) is None
+
+
+def test_the_agent_reports_byte_counters_and_mount_age_from_real_mountstats(tmp_path):
+    # /C of the telegraf sample (NFSv3): 746,337 metadata requests in 1,084,700 s; /B (NFSv4.0): 9,797
+    # READs that received 2,000 bytes in all, in 19 s.
+    mounts = [Mount("pv-c", pod_uid=pod_uid("c"), sample_mount="/C"),
+              Mount("pv-b", pod_uid=pod_uid("b"), sample_mount="/B")]
+    assembled = assemble_proc_root(tmp_path, mounts)
+    spec = scan_node_report(ProcRoot(assembled.path), node_name="node-1", kubelet_root="/var/lib/kubelet",
+                            network_fstypes=("nfs", "nfs4")).spec
+    wire = spec.to_wire()
+    by_volume = {v["volumeName"]: v for v in wire["volumes"]}
+    assert by_volume["pv-c"]["ageSeconds"] == 1_084_700 and by_volume["pv-b"]["ageSeconds"] == 19
+    access = by_volume["pv-c"]["operations"]["ACCESS"]
+    assert (access["ops"], access["bytesSent"], access["bytesReceived"]) == (596338, 79281020, 71560560)
+    assert by_volume["pv-b"]["operations"]["READ"]["bytesReceived"] == 2000
+    # The mount age grows every scan, like the counters: it is no reason to rewrite the report.
+    assert "ageSeconds" not in str(content(spec))
+
+    volumes = {v.volume_name: v for v in reported_volumes("node-1", wire)}
+    c_estimate = estimate_metering(volumes["pv-c"].operations)
+    assert c_estimate.metadata_ops == 596338 + 145712 + 2553 + 1698 + 34 + 1 + 1
+    assert c_estimate.metered_bytes == 746_337 * 4 * KIB
+    b_estimate = estimate_metering(volumes["pv-b"].operations)
+    assert b_estimate.read_bytes == 2000
+    # 9,797 reads at the 4 KiB minimum, a third; OPEN, CLOSE, LOOKUP, ... at 4 KiB each (ten busiest kept).
+    metadata = 19740 + 10211 + 19739 + 10095 + 500 + 96 + 2 + 1 + 1
+    assert b_estimate.metered_bytes == pytest.approx(9797 * 4 * KIB / 3 + metadata * 4 * KIB)

@@ -1,0 +1,75 @@
+"""status.credits as the operator writes it: the forecast, who drains, and a merge patch that drops what is gone."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from tests.credit_scenarios import HOUR, credit_series, nightly_drain, trap
+
+from mountwarden.api.storageprofile import CreditsStatus
+from mountwarden.core.credits import CreditWatchProblem, ProblemReason
+from mountwarden.handlers.credits import CreditWatchTarget, _credits_status, _replacing, consumers_on
+
+END = datetime(2026, 3, 1, 22, 25, tzinfo=UTC)
+FS = "fs-0123456789abcdef0"
+TARGET = CreditWatchTarget(FS, "", timedelta(hours=48), "scratch")
+
+
+def report(pod_uid, volume, ops):
+    return {"nodeName": "node-1", "scanTime": "2026-03-01T22:20:00Z", "volumes": [
+        {"podUid": pod_uid, "volumeName": volume, "superblock": f"0:{len(volume)}", "ageSeconds": 100,
+         "operations": {"GETATTR": {"ops": ops}}}]}
+
+
+def indexes():
+    """The operator's kopf indexes, as plain mappings of key -> stored values."""
+    return {
+        "reports_by_node": {"node-1": [report("uid-a", "pv-a", 1000)], "node-2": [report("uid-b", "pv-b", 10)]},
+        "pods_by_uid": {"uid-a": [{"name": "importer-0", "namespace": "data"}],
+                        "uid-b": [{"name": "uploader-0", "namespace": "data"}]},
+        "claims_by_volume": {"pv-a": [{"claim": ("data", "a"), "storageClass": "scratch-v1"}],
+                             "pv-b": [{"claim": ("data", "b"), "storageClass": "staging-v1"}]},
+        "profiles_by_class": {"scratch-v1": ["scratch"], "staging-v1": ["staging"]},
+    }
+
+
+def test_the_consumers_of_every_profile_on_the_file_system_are_named():
+    targets = [TARGET, CreditWatchTarget(FS, "", timedelta(hours=48), "staging")]
+    summary = consumers_on(FS, targets, **indexes())
+    assert [consumer.pods for consumer in summary.top] == [("data/importer-0",), ("data/uploader-0",)]
+    assert summary.top[0].metered_bytes_per_second == pytest.approx(1000 * 4096 / 100)
+    # A profile on another file system is not this one's consumer.
+    assert consumers_on(FS, [TARGET], **indexes()).consumers == 1
+
+
+def test_a_draining_forecast_becomes_a_status_the_crd_accepts():
+    consumers = consumers_on(FS, [TARGET], **indexes())
+    series = credit_series(nightly_drain(job_ends_before_end=6 * HOUR), END, FS)
+    status, condition = _credits_status(TARGET, series, END, consumers)
+    assert CreditsStatus.model_validate(status).to_wire() == status  # camelCase, no empty fields
+    assert (status["state"], status["timeToEmptyBasis"]) == ("Draining", "day-over-day")
+    assert status["netChangePerDayBytes"] < 0 and status["historySeconds"] == pytest.approx(48 * 3600)
+    assert status["consumers"]["top"][0]["pods"] == ["data/importer-0"]
+    assert status["recommendation"]["monthlyCostUsd"]["provisioned"] == pytest.approx(576.0)
+    assert (condition["status"], condition["reason"]) == ("True", "Draining")
+
+
+def test_the_trap_status_carries_the_elastic_cost_and_no_basis():
+    status, _ = _credits_status(TARGET, credit_series(trap(), END, FS), END, None)
+    assert status["state"] == "Trap"
+    assert status["recommendation"]["mode"] == "elastic" and "basis" not in status["recommendation"]
+    assert status["recommendation"]["monthlyCostUsd"]["elastic"] == status["elasticEstimate"]["monthlyCostUsd"]
+    assert "consumers" not in status
+
+
+def test_a_problem_still_names_the_consumers():
+    problem = CreditWatchProblem(FS, ProblemReason.ACCESS_DENIED, "allow cloudwatch:GetMetricData")
+    status, condition = _credits_status(TARGET, problem, END, consumers_on(FS, [TARGET], **indexes()))
+    assert status["state"] == "Unknown" and status["consumers"]["consumers"] == 1
+    assert condition["status"] == "Unknown" and "AccessDenied" in condition["message"]
+
+
+def test_a_new_status_removes_what_the_old_one_had_and_it_has_not():
+    old = {"state": "Draining", "timeToEmptySeconds": 10.0, "recommendation": {"mode": "provisioned", "basis": {}}}
+    new = {"state": "Healthy", "recommendation": {"mode": "bursting"}}
+    assert _replacing(old, new) == {"timeToEmptySeconds": None, "state": "Healthy",
+                                    "recommendation": {"basis": None, "mode": "bursting"}}
