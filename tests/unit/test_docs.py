@@ -38,6 +38,14 @@ def test_the_runbook_has_an_entry_for_every_reason():
     assert not missing, f"docs/runbook.md has no '### <reason>' entry for {missing}"
 
 
+def test_the_rollout_tables_give_every_documented_reason_and_no_other():
+    from mountwarden.core.rollout.machine import AWAITING_APPROVAL, TURNS, WORKLOAD_TRANSITIONS
+
+    in_tables = {reason for row in WORKLOAD_TRANSITIONS for reason in row.reasons}
+    in_tables |= {turn.reason for turn in (AWAITING_APPROVAL, *TURNS)}
+    assert in_tables == rollout_reasons()
+
+
 def test_every_entry_says_what_to_do():
     entries = re.split(r"^### ", RUNBOOK, flags=re.MULTILINE)[1:]
     for entry in entries:
