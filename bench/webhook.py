@@ -65,10 +65,10 @@ def handler_latency(profiles: int, classes: int, samples: int) -> dict:
     from kopf._core.actions.execution import Outcome
     from kopf._core.engines.indexing import OperatorIndexer, OperatorIndexers
 
-    from mountwarden.handlers import admission
+    from mountwarden.handlers import admission, indexes
     from mountwarden.handlers.config import OperatorConfig
 
-    functions = {name: getattr(admission, name) for name in
+    functions = {name: getattr(indexes, name) for name in
                  ("profiles_by_name", "classes_by_name", "classes_by_profile", "default_classes", "namespace_labels")}
     indexers = OperatorIndexers()
     for name in [*functions, "volumes_by_class"]:

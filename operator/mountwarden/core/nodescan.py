@@ -88,7 +88,27 @@ def _average(total: int | None, ops: int) -> float | None:
 
 @dataclass(frozen=True, slots=True)
 class NetworkMount:
-    """One mount on a network filesystem, whether a pod volume or not (a host mount, a subPath bind)."""
+    """A mount of a network filesystem and, when the kubelet made it, the pod volume it serves.
+
+    What the SQLite detection needs of a mount; a node scan's ScannedMount gives it as ``network_mount``.
+    """
+
+    major: int
+    minor: int
+    mount_point: str
+    fstype: str
+    pod_uid: str | None = None
+    volume_name: str | None = None
+
+    @property
+    def device(self) -> tuple[int, int]:
+        return (self.major, self.minor)
+
+
+@dataclass(frozen=True, slots=True)
+class ScannedMount:
+    """One mount on a network filesystem, whether a pod volume or not (a host mount, a subPath bind), with all
+    the scan learned of it."""
 
     entry: MountinfoEntry
     stats: MountstatsDevice | None
@@ -107,6 +127,16 @@ class NetworkMount:
     @property
     def superblock(self) -> str:
         return self.entry.major_minor
+
+    @property
+    def network_mount(self) -> NetworkMount:
+        kubelet = self.kubelet
+        return NetworkMount(
+            self.entry.major, self.entry.minor, self.mount_point, self.entry.fstype,
+            kubelet.pod_uid if kubelet else None,
+            # A staging mount's directory is a hash: naming it as the volume would mislead.
+            kubelet.volume_name if kubelet and kubelet.pod_uid else None,
+        )
 
     @property
     def counts_as_consumer(self) -> bool:
@@ -143,7 +173,7 @@ class NodeVolume:
 @dataclass(frozen=True, slots=True)
 class NodeScan:
     volumes: tuple[NodeVolume, ...]
-    network_mounts: tuple[NetworkMount, ...]
+    network_mounts: tuple[ScannedMount, ...]
     skipped_lines: int
 
 
@@ -240,11 +270,11 @@ def _client_key(
 
 def _network_mount(
     entry: MountinfoEntry, stats: MountstatsDevice | None, kubelet_roots: Collection[str]
-) -> NetworkMount:
+) -> ScannedMount:
     stats = stats if stats is not None and stats.is_nfs else None
     options, source = effective_options(entry, stats)
     server, export = split_source(entry.source)
-    return NetworkMount(
+    return ScannedMount(
         entry=entry,
         stats=stats,
         kubelet=parse_volume_path(entry.mount_point, kubelet_roots),
@@ -285,7 +315,7 @@ def _unwrapped(op: RpcOperationStats, counter: str, notes: list[str]) -> int | N
     return value
 
 
-def _tunnel_note(mount: NetworkMount) -> list[str]:
+def _tunnel_note(mount: ScannedMount) -> list[str]:
     if mount.server not in _LOOPBACK_SERVERS:
         return []
     port = mount.options.get("port")
@@ -311,7 +341,7 @@ def scan_node(
         if entry.fstype in network_fstypes
     )
     consumers = [mount for mount in mounts if mount.counts_as_consumer]
-    by_superblock: dict[str, list[NetworkMount]] = defaultdict(list)
+    by_superblock: dict[str, list[ScannedMount]] = defaultdict(list)
     for mount in consumers:
         by_superblock[mount.superblock].append(mount)
     per_client = Counter(mount.client_key for mount in consumers)
@@ -332,7 +362,7 @@ def scan_node(
 
 
 def _volume(
-    mount: NetworkMount, kubelet: KubeletVolume, same_superblock: list[NetworkMount], server_mounts: int
+    mount: ScannedMount, kubelet: KubeletVolume, same_superblock: list[ScannedMount], server_mounts: int
 ) -> NodeVolume:
     operations, counter_notes = _operations(mount.stats)
     connections = mount.stats.xprt_count if mount.stats is not None else 0

@@ -34,6 +34,7 @@ from enum import StrEnum
 from typing import Any, NamedTuple
 
 from mountwarden.core.kubelet import DEFAULT_KUBELET_ROOT, parse_volume_path
+from mountwarden.core.nodescan import NetworkMount
 from mountwarden.core.procfs import FileLock, MemoryMapping, MountinfoEntry, PodCgroup
 
 PENDING_BYTE = 0x40000000
@@ -116,22 +117,6 @@ class FileId(NamedTuple):
 class PodVolume(NamedTuple):
     pod_uid: str
     volume_name: str
-
-
-@dataclass(frozen=True, slots=True)
-class NetworkMount:
-    """A mount of a network filesystem and, when the kubelet made it, the pod volume it serves."""
-
-    major: int
-    minor: int
-    mount_point: str
-    fstype: str
-    pod_uid: str | None = None
-    volume_name: str | None = None
-
-    @property
-    def device(self) -> tuple[int, int]:
-        return (self.major, self.minor)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,6 @@ Failures (no credentials, AccessDenied, unknown file system, throttling) become
 the condition's message and back the fetch off; they never crash the operator.
 """
 
-import os
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -28,11 +27,10 @@ from mountwarden.core.credits import (
 )
 from mountwarden.core.presets import EFS_PROVISIONER
 from mountwarden.handlers import metrics
+from mountwarden.handlers.config import OperatorConfig
 from mountwarden.handlers.errors import retry_transient
 
 PROFILE = (GROUP, VERSION, PLURAL)
-#: Seconds between credit checks (read once, when the handlers are registered).
-CREDIT_INTERVAL_SECONDS = float(os.environ.get("MOUNTWARDEN_CREDIT_INTERVAL", "300"))
 MAX_BACKOFF = timedelta(hours=1)
 #: Problems of the account or the API, not of one file system: they back the whole fetch off.
 ACCOUNT_PROBLEMS = frozenset({
@@ -57,12 +55,6 @@ def watched_file_system(spec: dict) -> CreditWatchTarget | None:
     if not file_system_id:
         return None
     return CreditWatchTarget(file_system_id, watch.get("region") or "", timedelta(hours=watch.get("windowHours", 24)))
-
-
-@kopf.index(*PROFILE)
-async def credit_watch_targets(spec: kopf.Spec, **_) -> dict:
-    target = watched_file_system(dict(spec))
-    return {target.region: target} if target else {}
 
 
 @dataclass
@@ -160,8 +152,6 @@ def _credits_status(target: CreditWatchTarget, result: CreditSeries | CreditWatc
     }
 
 
-@kopf.timer(*PROFILE, interval=CREDIT_INTERVAL_SECONDS, initial_delay=1.0,
-            when=lambda spec, **_: watched_file_system(dict(spec)) is not None)
 @retry_transient
 def watch_credits(name: str, body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta,
                   patch: kopf.Patch, memo: kopf.Memo, credit_watch_targets: kopf.Index, **_) -> None:
@@ -180,3 +170,8 @@ def watch_credits(name: str, body: kopf.Body, spec: kopf.Spec, status: kopf.Stat
         post = kopf.warn if credits["state"] in ("Draining", "Empty", "Trap") else kopf.info
         post(body, reason=f"Credits{credits['state']}", message=f"{target.file_system_id}: {credits['message']}")
     metrics.record_credits(name, credits)
+
+
+def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
+    kopf.timer(*PROFILE, interval=config.credit_interval, initial_delay=1.0, registry=registry,
+               when=lambda spec, **_: watched_file_system(dict(spec)) is not None)(watch_credits)

@@ -18,6 +18,7 @@ Everything here is pure. One module per stage, each importing only those above i
 - ``tick``: ``advance``, one tick: the machine judges, the status records.
 """
 
+from mountwarden.core.nodereport import NodeReport, ReportedMount
 from mountwarden.core.rollout.actions import Action, Event, PatchVolume, RemountPod, RestartWorkload, Step
 from mountwarden.core.rollout.machine import IN_FLIGHT, Phase, State
 from mountwarden.core.rollout.plan import Consumer, Plan, VolumeChange, build_plan
@@ -34,8 +35,6 @@ from mountwarden.core.rollout.world import (
     RESTARTED_AT_ANNOTATION,
     RESTARTED_FOR_ANNOTATION,
     Autoscaler,
-    Mount,
-    NodeReport,
     Pod,
     Policy,
     Target,
@@ -53,8 +52,8 @@ from mountwarden.core.rollout.world import (
 __all__ = [
     "APPLIED_VERSION_ANNOTATION", "APPROVE_ANNOTATION", "IN_FLIGHT", "MANUAL", "NEW_STORAGE_CLASS",
     "PATCH_BOUND_VOLUMES", "PREVIOUS_OPTIONS_ANNOTATION", "RESTARTED_AT_ANNOTATION", "RESTARTED_FOR_ANNOTATION",
-    "Action", "Autoscaler", "Check", "Consumer", "Event", "Mount", "NodeReport", "PatchVolume", "Phase", "Plan",
-    "Pod", "PodCheck", "Policy", "RemountPod", "RestartWorkload", "State", "Step", "Target", "Version", "Volume",
+    "Action", "Autoscaler", "Check", "Consumer", "Event", "NodeReport", "PatchVolume", "Phase", "Plan",
+    "Pod", "PodCheck", "Policy", "RemountPod", "ReportedMount", "RestartWorkload", "State", "Step", "Target", "Version", "Volume",
     "VolumeChange", "Workload", "WorkloadRef", "World", "advance", "build_plan", "controller_of", "needs_world",
     "parse_time", "rollout_progress", "timestamp", "verify_pod",
 ]

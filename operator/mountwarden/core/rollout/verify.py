@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from mountwarden.core.compare import check
+from mountwarden.core.nodereport import ReportedMount
 from mountwarden.core.options import Severity, normalize
-from mountwarden.core.rollout.world import Mount, Pod, Target, World, timestamp
+from mountwarden.core.rollout.world import Pod, Target, World, timestamp
 
 
 class Check(StrEnum):
@@ -48,7 +49,7 @@ def verify_pod(pod: Pod, volume_names: Mapping[str, str], target: Target, world:
                         "is the mountwarden agent running there?")
     older = [v.mount_options for v in target.lineage if v.storage_class != target.version.storage_class]
     for pv, pod_volume in sorted(volume_names.items()):
-        mount = report.mount_of(pod, (pv, pod_volume))
+        mount = report.mount_of(pod.uid, (pv, pod_volume))
         if mount is None:
             return PodCheck(Check.PENDING, pod, "MountNotReported",
                             f"{where}: the node's report does not show volume {pv} yet")
@@ -82,12 +83,12 @@ def _satisfies(declared: Sequence[str], observed: Sequence[str]) -> bool:
 
 
 
-def _sibling_mount(mount: Mount | None, siblings: frozenset[str]) -> bool:
+def _sibling_mount(mount: ReportedMount | None, siblings: frozenset[str]) -> bool:
     # A CSI staging mount (no pod) belongs to the volume itself and goes with its last pod on the node.
     return mount is not None and (mount.pod_uid is None or mount.pod_uid in siblings)
 
 
-def _holder(mount: Mount | None, point: str, world: World) -> str:
+def _holder(mount: ReportedMount | None, point: str, world: World) -> str:
     if mount is None:
         return f"the mount at {point}"
     pod = next((p for p in world.pods if p.uid == mount.pod_uid), None)

@@ -8,10 +8,12 @@ done: a restart is recorded in the workload's pod template
 crash never restarts a workload twice and never patches a PV halfway.
 """
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import NamedTuple
+
+from mountwarden.core.nodereport import NodeReport
 
 RESTARTED_FOR_ANNOTATION = "mountwarden.io/restarted-for"
 RESTARTED_AT_ANNOTATION = "mountwarden.io/restarted-at"
@@ -301,49 +303,6 @@ class Autoscaler:
             target=WorkloadRef(ref.get("kind", ""), metadata.get("namespace", ""), ref.get("name", "")),
             scaling_disabled=disabled,
         )
-
-
-@dataclass(frozen=True, slots=True)
-class Mount:
-    """One mount of a NodeMountReport."""
-
-    pod_uid: str | None
-    volume_name: str
-    mount_point: str
-    superblock: str
-    effective_options: tuple[str, ...]
-    shared_with: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class NodeReport:
-    node: str
-    scan_time: datetime
-    mounts: tuple[Mount, ...]
-
-    @staticmethod
-    def from_object(obj: Mapping) -> "NodeReport":
-        spec = obj.get("spec") or {}
-        mounts = tuple(
-            Mount(
-                pod_uid=m.get("podUid"),
-                volume_name=m.get("volumeName", ""),
-                mount_point=m.get("mountPoint", ""),
-                superblock=m.get("superblock", ""),
-                effective_options=tuple(m.get("effectiveOptions") or ()),
-                shared_with=tuple(m.get("sharedWith") or ()),
-            )
-            for m in spec.get("volumes") or []
-        )
-        scanned = parse_time(spec.get("scanTime")) or datetime.min.replace(tzinfo=UTC)
-        return NodeReport(node=spec.get("nodeName") or obj["metadata"]["name"], scan_time=scanned, mounts=mounts)
-
-    def mount_of(self, pod: Pod, names: Iterable[str]) -> Mount | None:
-        wanted = set(names)
-        return next((m for m in self.mounts if m.pod_uid == pod.uid and m.volume_name in wanted), None)
-
-    def at(self, mount_point: str) -> Mount | None:
-        return next((m for m in self.mounts if m.mount_point == mount_point), None)
 
 
 @dataclass(frozen=True)
