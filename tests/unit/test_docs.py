@@ -7,8 +7,8 @@ from mountwarden.api.storageprofile import RolloutWorkload
 from mountwarden.cli.docs import rendered
 from mountwarden.core.compliance import ComplianceReason, VerdictReason
 from mountwarden.core.credits import CreditState, ProblemReason
-from mountwarden.core.nodescan import VolumeFindingReason
 from mountwarden.core.rollout import Phase
+from mountwarden.core.volumecheck import VolumeFindingReason
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNBOOK = (ROOT / "docs" / "runbook.md").read_text()

@@ -13,9 +13,9 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from mountwarden.core.nodereport import NodeReport, SqliteUse
-from mountwarden.core.nodescan import VolumeFinding, VolumeFindingReason, check_volume
 from mountwarden.core.options import Severity
 from mountwarden.core.optiontable import OptionValue
+from mountwarden.core.volumecheck import VolumeFinding, VolumeFindingReason, check_volume
 
 #: How many offenders the condition message and status name.
 WORST_OFFENDERS = 5

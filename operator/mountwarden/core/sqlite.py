@@ -25,6 +25,10 @@ and corrupt the database: critical. Rollback-journal mode works, slowly (each lo
 is a server round trip, each commit a server-side sync): a warning.
 
 Everything here is pure: the caller reads /proc and passes parsed data in.
+
+Longer than the core's usual 500 lines on purpose: it is one detection, whose
+locks, open files, mappings and messages all read the lock layout above; split,
+each part would need that layout explained again.
 """
 
 from collections import defaultdict
