@@ -559,6 +559,16 @@ class DevCluster:
         return stopped
 
 
+@contextlib.contextmanager
+def local_cluster(state_dir: str | Path, *, nodes: int, timeout: float = 180.0) -> Iterator[ClusterInfo]:
+    """A throwaway dev cluster for the length of the block (benchmarks): it stops with the block or its caller."""
+    cluster = DevCluster(state_dir, stop_with_parent=True)
+    try:
+        yield cluster.up(nodes=nodes, timeout=timeout)
+    finally:
+        cluster.down()
+
+
 class _Launch:
     """One run of `up`: what its steps share (certificates, ports, the processes started, the timings)."""
 
