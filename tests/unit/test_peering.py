@@ -42,27 +42,29 @@ def peer(priority: int, seen_ago: float = 5, lifetime: int = 60) -> dict:
     return Peer(identity=Identity("x"), priority=priority, lifetime=lifetime, lastseen=seen).as_dict()
 
 
+#: Each case builds its peering object when it runs: the peers' lastseen must be fresh then.
 CASES = {
-    "alone": ({"me": peer(500)}, 500),
-    "higher than the other": ({"me": peer(900), "other": peer(500)}, 900),
-    "lower than the other": ({"me": peer(500), "other": peer(900)}, 500),
-    "equal to the other": ({"me": peer(500), "other": peer(500)}, 500),
-    "the higher one is dead": ({"me": peer(500), "other": peer(900, seen_ago=120)}, 500),
-    "the higher one left (lifetime 0)": ({"me": peer(500), "other": peer(900, lifetime=0)}, 500),
-    "not in the object yet": ({"other": peer(100)}, 500),
-    "not in the object yet, below another": ({"other": peer(900)}, 500),
-    "three, the middle one": ({"low": peer(100), "me": peer(500), "high": peer(900)}, 500),
-    "three, the highest": ({"low": peer(100), "mid": peer(500), "me": peer(900)}, 900),
+    "alone": lambda: ({"me": peer(500)}, 500),
+    "higher than the other": lambda: ({"me": peer(900), "other": peer(500)}, 900),
+    "lower than the other": lambda: ({"me": peer(500), "other": peer(900)}, 500),
+    "equal to the other": lambda: ({"me": peer(500), "other": peer(500)}, 500),
+    "the higher one is dead": lambda: ({"me": peer(500), "other": peer(900, seen_ago=120)}, 500),
+    "the higher one left (lifetime 0)": lambda: ({"me": peer(500), "other": peer(900, lifetime=0)}, 500),
+    "not in the object yet": lambda: ({"other": peer(100)}, 500),
+    "not in the object yet, below another": lambda: ({"other": peer(900)}, 500),
+    "three, the middle one": lambda: ({"low": peer(100), "me": peer(500), "high": peer(900)}, 500),
+    "three, the highest": lambda: ({"low": peer(100), "mid": peer(500), "me": peer(900)}, 900),
 }
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_the_answer_is_kopfs_own(case):
-    status, priority = CASES[case]
+    status, priority = CASES[case]()
     expected = kopf_lets_it_work(status, priority=priority, identity="me")
     assert replica_active(status, priority=priority, identity="me", now=datetime.now(UTC)) is expected
 
 
 def test_the_cases_cover_both_answers():
-    answers = {kopf_lets_it_work(status, priority=priority, identity="me") for status, priority in CASES.values()}
+    answers = {kopf_lets_it_work(status, priority=priority, identity="me")
+               for status, priority in (case() for case in CASES.values())}
     assert answers == {True, False}
