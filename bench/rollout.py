@@ -323,7 +323,7 @@ def main() -> None:
     parser.add_argument("--kubeconfig", help="An existing cluster with kwok nodes; default: start a local one.")
     parser.add_argument("--deployments", type=int, default=20)
     parser.add_argument("--replicas", type=int, default=3)
-    parser.add_argument("--interval", type=float, default=5.0, help="MOUNTWARDEN_ROLLOUT_INTERVAL of the operator.")
+    parser.add_argument("--interval", type=float, default=5.0, help="The operator's --rollout-interval (MOUNTWARDEN_ROLLOUT_INTERVAL).")
     parser.add_argument("--timeout", type=float, default=1800.0, help="Give up on the rollout after this long.")
     parser.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "rollout.json")
     args = parser.parse_args()
@@ -332,13 +332,10 @@ def main() -> None:
         if args.kubeconfig:
             results = run(args, args.kubeconfig, workdir)
         else:
-            from mountwarden.devcluster import DevCluster
+            from mountwarden.devcluster import local_cluster
 
-            cluster = DevCluster(workdir / "cluster", stop_with_parent=True)
-            try:
-                results = run(args, str(cluster.up(nodes=3).kubeconfig), workdir)
-            finally:
-                cluster.down()
+            with local_cluster(workdir / "cluster", nodes=3) as info:
+                results = run(args, str(info.kubeconfig), workdir)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))

@@ -205,15 +205,11 @@ def main() -> None:
     parser.add_argument("--touched", type=int, default=1000, help="PVs of the profile that changes")
     parser.add_argument("--creates", type=int, default=200, help="PVC creates timed through the webhook")
     args = parser.parse_args()
-    from mountwarden.devcluster import DevCluster
+    from mountwarden.devcluster import local_cluster
 
-    with tempfile.TemporaryDirectory(prefix="mountwarden-scale-") as scratch:
-        cluster = DevCluster(Path(scratch) / "cluster", stop_with_parent=True)
-        try:
-            info = cluster.up(nodes=args.nodes, timeout=600)
-            result = run(args, str(info.kubeconfig), Path(scratch))
-        finally:
-            cluster.down()
+    with tempfile.TemporaryDirectory(prefix="mountwarden-scale-") as scratch, \
+            local_cluster(Path(scratch) / "cluster", nodes=args.nodes, timeout=600) as info:
+        result = run(args, str(info.kubeconfig), Path(scratch))
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "scale.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result["summary"], indent=2))

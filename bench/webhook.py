@@ -65,10 +65,10 @@ def handler_latency(profiles: int, classes: int, samples: int) -> dict:
     from kopf._core.actions.execution import Outcome
     from kopf._core.engines.indexing import OperatorIndexer, OperatorIndexers
 
-    from mountwarden.handlers import admission
+    from mountwarden.handlers import admission, indexes
     from mountwarden.handlers.config import OperatorConfig
 
-    functions = {name: getattr(admission, name) for name in
+    functions = {name: getattr(indexes, name) for name in
                  ("profiles_by_name", "classes_by_name", "classes_by_profile", "default_classes", "namespace_labels")}
     indexers = OperatorIndexers()
     for name in [*functions, "volumes_by_class"]:
@@ -281,13 +281,10 @@ def main() -> None:
         if args.kubeconfig:
             results.update(end_to_end(args.kubeconfig, args.creates, workdir))
         else:
-            from mountwarden.devcluster import DevCluster
+            from mountwarden.devcluster import local_cluster
 
-            cluster = DevCluster(workdir / "cluster", stop_with_parent=True)
-            try:
-                results.update(end_to_end(str(cluster.up(nodes=1).kubeconfig), args.creates, workdir))
-            finally:
-                cluster.down()
+            with local_cluster(workdir / "cluster", nodes=1) as info:
+                results.update(end_to_end(str(info.kubeconfig), args.creates, workdir))
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))

@@ -15,17 +15,17 @@ from kopf._core.actions.execution import Outcome
 from kopf._core.engines.indexing import OperatorIndexer, OperatorIndexers
 
 from mountwarden.core.admission import ClassEntry, ProfileEntry
-from mountwarden.handlers import admission
+from mountwarden.handlers import admission, indexes
 from mountwarden.handlers.admission import resolve_mode
 from mountwarden.handlers.config import OperatorConfig, WebhookMode
 
 EFS = "efs.csi.aws.com"
 INDEXES = {
-    "profiles_by_name": admission.profiles_by_name,
-    "classes_by_name": admission.classes_by_name,
-    "classes_by_profile": admission.classes_by_profile,
-    "default_classes": admission.default_classes,
-    "namespace_labels": admission.namespace_labels,
+    "profiles_by_name": indexes.profiles_by_name,
+    "classes_by_name": indexes.classes_by_name,
+    "classes_by_profile": indexes.classes_by_profile,
+    "default_classes": indexes.default_classes,
+    "namespace_labels": indexes.namespace_labels,
 }
 
 

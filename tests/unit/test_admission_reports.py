@@ -9,10 +9,10 @@ import kopf
 import pytest
 from kubernetes.client import ApiException
 
-from mountwarden.adapters import webhookconfig
+from mountwarden.adapters import peering
+from mountwarden.adapters.peering import ActiveReplica, replica_active
 from mountwarden.adapters.webhookconfig import (
     ActivePodLabel,
-    ActiveReplica,
     WebhookRegistrar,
     parse_service,
     render_configuration,
@@ -23,7 +23,6 @@ from mountwarden.core.admission import (
     NODE_NAME_EXTRA,
     ProfileEntry,
     ReportWrite,
-    replica_active,
     review_report_write,
     service_account_username,
 )
@@ -275,7 +274,7 @@ class FakeCustomApi:
         self.calls = 0
 
     def get_cluster_custom_object(self, group, version, plural, name, **_):
-        assert (group, version, plural) == webhookconfig.PEERING
+        assert (group, version, plural) == peering.PEERING
         self.calls += 1
         answer = self.answers.pop(0)
         if isinstance(answer, Exception):

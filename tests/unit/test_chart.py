@@ -366,10 +366,9 @@ def test_the_schema_describes_every_value_and_accepts_the_defaults():
 
 def test_the_webhooks_are_the_ones_the_operator_serves(default):
     """The chart's configuration is what the operator renders for itself, pointed at the Service."""
-    from kopf._core.intents import registries
-
-    import mountwarden.handlers.admission  # noqa: F401  (registers the validating handlers with kopf)
     from mountwarden.adapters.webhookconfig import render_configuration
+    from mountwarden.handlers.config import OperatorConfig
+    from mountwarden.handlers.runner import register_handlers
 
     configuration = find(default, "ValidatingWebhookConfiguration", FULLNAME)
     ca_bundle = find(default, "Secret")["data"]["ca.crt"]
@@ -377,7 +376,7 @@ def test_the_webhooks_are_the_ones_the_operator_serves(default):
         {"service": {"namespace": NAMESPACE, "name": f"{FULLNAME}-webhook", "port": 443}, "caBundle": ca_bundle},
         excluded=["kube-system", NAMESPACE], agent_username=AGENT_USERNAME)
     assert configuration["webhooks"] == expected["webhooks"]
-    served = {handler.id for handler in registries.get_default_registry()._webhooks.get_all_handlers()}
+    served = {handler.id for handler in register_handlers(OperatorConfig())._webhooks.get_all_handlers()}
     assert {hook["clientConfig"]["service"]["path"].lstrip("/") for hook in configuration["webhooks"]} <= served
     failing = [hook["name"] for hook in configuration["webhooks"] if hook["failurePolicy"] == "Fail"]
     assert failing == ["nodemountreport.mountwarden.io"]
@@ -476,13 +475,10 @@ def client_calls() -> set[str]:
 
 def kopf_needs() -> list[tuple]:
     """list and watch for every resource kopf watches; patch (finalizer, annotations, status) where it reconciles."""
-    from kopf._core.intents import registries
-
     import mountwarden.handlers.runner as runner
     from mountwarden.handlers.config import OperatorConfig
 
-    runner.register_handlers(OperatorConfig())
-    registry = registries.get_default_registry()
+    registry = runner.register_handlers(OperatorConfig())
     needs = []
     for handlers in (registry._indexing, registry._watching, registry._changing, registry._spawning):
         for handler in handlers.get_all_handlers():

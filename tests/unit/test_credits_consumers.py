@@ -10,7 +10,6 @@ from mountwarden.agent.report import content
 from mountwarden.agent.scan import scan_node_report
 from mountwarden.core.credits import KIB, MIB
 from mountwarden.core.credits.consumers import (
-    OperationCounters,
     ReportedVolume,
     VolumeOwners,
     estimate_metering,
@@ -18,6 +17,7 @@ from mountwarden.core.credits.consumers import (
     summarize_consumers,
     watched_file_system,
 )
+from mountwarden.core.nodereport import NodeReport, OperationCounters
 
 FS, OTHER_FS = "fs-0123456789abcdef0", "fs-0fedcba987654321f"
 
@@ -51,26 +51,29 @@ def test_a_report_without_byte_counters_counts_the_minimum_and_says_so():
 
 
 def wire_volume(pod, volume, superblock, age, operations):
-    return {"podUid": pod, "volumeName": volume, "superblock": superblock, "ageSeconds": age, "operations": {
+    return {"podUid": pod, "volumeName": volume, "superblock": superblock, "ageSeconds": age,
+            "mountPoint": f"/var/lib/kubelet/pods/{pod}/volumes/kubernetes.io~csi/{volume}/mount",
+            "effectiveOptions": ["vers=4.1"], "operations": {
         name: {"ops": ops, "bytesSent": sent, "bytesReceived": received}
         for name, (ops, sent, received) in operations.items()}}
 
 
-def test_a_reports_wire_form_is_read_and_broken_entries_are_skipped():
+def test_a_reports_counters_are_read_and_broken_ones_dropped():
     spec = {"scanTime": "2026-12-01T10:00:00Z", "volumes": [
         wire_volume("uid-a", "pv-a", "0:101", 100, {"WRITE": (10, 40960, 1000)}),
-        {"podUid": "uid-b"},  # no volume name
-        "not a volume",
-        {"volumeName": "pv-c", "operations": {"READ": {"ops": -1}, "GETATTR": {"ops": 3}}},
+        {**wire_volume("uid-c", "pv-c", "0:102", None, {}),
+         "operations": {"READ": {"ops": -1}, "GETATTR": {"ops": 3}, "LOCK": "not totals"}},
     ]}
-    volumes = reported_volumes("node-1", spec)
+    volumes = reported_volumes(NodeReport.from_spec("node-1", spec))
     assert [v.volume_name for v in volumes] == ["pv-a", "pv-c"]
     first = volumes[0]
     assert (first.node, first.pod_uid, first.superblock, first.age_seconds) == ("node-1", "uid-a", "0:101", 100)
     assert first.operations == {"WRITE": OperationCounters(10, 40960, 1000)}
     assert first.scan_time == datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
-    assert volumes[1].operations == {"GETATTR": OperationCounters(3)}  # the negative count is dropped
-    assert reported_volumes("node-1", {}) == []
+    # The negative count and the malformed totals are dropped; the mount's age is unknown.
+    assert volumes[1].operations == {"GETATTR": OperationCounters(3)}
+    assert volumes[1].age_seconds is None
+    assert reported_volumes(NodeReport.from_spec("node-1", {"scanTime": "2026-12-01T10:00:00Z"})) == []
 
 
 OWNERS = VolumeOwners.from_mappings(
@@ -166,7 +169,7 @@ def test_the_agent_reports_byte_counters_and_mount_age_from_real_mountstats(tmp_
     # The mount age grows every scan, like the counters: it is no reason to rewrite the report.
     assert "ageSeconds" not in str(content(spec))
 
-    volumes = {v.volume_name: v for v in reported_volumes("node-1", wire)}
+    volumes = {v.volume_name: v for v in reported_volumes(NodeReport.from_spec("node-1", wire))}
     c_estimate = estimate_metering(volumes["pv-c"].operations)
     assert c_estimate.metadata_ops == 596338 + 145712 + 2553 + 1698 + 34 + 1 + 1
     assert c_estimate.metered_bytes == 746_337 * 4 * KIB

@@ -7,6 +7,8 @@ from tests.credit_scenarios import HOUR, credit_series, nightly_drain, trap
 
 from mountwarden.api.storageprofile import CreditsStatus
 from mountwarden.core.credits import CreditWatchProblem, ProblemReason
+from mountwarden.core.nodereport import NodeReport
+from mountwarden.core.storageclass import ClassEntry
 from mountwarden.handlers.credits import CreditWatchTarget, _credits_status, _replacing, consumers_on
 
 END = datetime(2026, 3, 1, 22, 25, tzinfo=UTC)
@@ -14,21 +16,24 @@ FS = "fs-0123456789abcdef0"
 TARGET = CreditWatchTarget(FS, "", timedelta(hours=48), "scratch")
 
 
-def report(pod_uid, volume, ops):
-    return {"nodeName": "node-1", "scanTime": "2026-03-01T22:20:00Z", "volumes": [
+def report(node, pod_uid, volume, ops):
+    return NodeReport.from_spec(node, {"nodeName": node, "scanTime": "2026-03-01T22:20:00Z", "volumes": [
         {"podUid": pod_uid, "volumeName": volume, "superblock": f"0:{len(volume)}", "ageSeconds": 100,
-         "operations": {"GETATTR": {"ops": ops}}}]}
+         "mountPoint": f"/var/lib/kubelet/pods/{pod_uid}/volumes/kubernetes.io~csi/{volume}/mount",
+         "effectiveOptions": ["vers=4.1"], "operations": {"GETATTR": {"ops": ops}}}]})
 
 
 def indexes():
     """The operator's kopf indexes, as plain mappings of key -> stored values."""
     return {
-        "reports_by_node": {"node-1": [report("uid-a", "pv-a", 1000)], "node-2": [report("uid-b", "pv-b", 10)]},
+        "reports_by_node": {"node-1": [report("node-1", "uid-a", "pv-a", 1000)],
+                            "node-2": [report("node-2", "uid-b", "pv-b", 10)]},
         "pods_by_uid": {"uid-a": [{"name": "importer-0", "namespace": "data"}],
                         "uid-b": [{"name": "uploader-0", "namespace": "data"}]},
         "claims_by_volume": {"pv-a": [{"claim": ("data", "a"), "storageClass": "scratch-v1"}],
                              "pv-b": [{"claim": ("data", "b"), "storageClass": "staging-v1"}]},
-        "profiles_by_class": {"scratch-v1": ["scratch"], "staging-v1": ["staging"]},
+        "classes_by_name": {"scratch-v1": [ClassEntry("scratch-v1", "efs.csi.aws.com", profile="scratch")],
+                            "staging-v1": [ClassEntry("staging-v1", "efs.csi.aws.com", profile="staging")]},
     }
 
 

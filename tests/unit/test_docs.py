@@ -7,8 +7,8 @@ from mountwarden.api.storageprofile import RolloutWorkload
 from mountwarden.cli.docs import rendered
 from mountwarden.core.compliance import ComplianceReason, VerdictReason
 from mountwarden.core.credits import CreditState, ProblemReason
-from mountwarden.core.nodescan import VolumeFindingReason
 from mountwarden.core.rollout import Phase
+from mountwarden.core.volumecheck import VolumeFindingReason
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNBOOK = (ROOT / "docs" / "runbook.md").read_text()
@@ -36,6 +36,14 @@ def test_the_runbook_has_an_entry_for_every_reason():
     reasons = {str(r) for enum in enums for r in enum} | HANDLER_REASONS | rollout_reasons()
     missing = sorted(reasons - HEADINGS)
     assert not missing, f"docs/runbook.md has no '### <reason>' entry for {missing}"
+
+
+def test_the_rollout_tables_give_every_documented_reason_and_no_other():
+    from mountwarden.core.rollout.machine import AWAITING_APPROVAL, TURNS, WORKLOAD_TRANSITIONS
+
+    in_tables = {reason for row in WORKLOAD_TRANSITIONS for reason in row.reasons}
+    in_tables |= {turn.reason for turn in (AWAITING_APPROVAL, *TURNS)}
+    assert in_tables == rollout_reasons()
 
 
 def test_every_entry_says_what_to_do():

@@ -14,8 +14,6 @@ from mountwarden.api.nodemountreport import MountedVolume
 from mountwarden.core.nodescan import (
     NodeVolume,
     OptionsSource,
-    VolumeFindingReason,
-    check_volume,
     pair_mountstats,
     scan_node,
     split_source,
@@ -24,6 +22,7 @@ from mountwarden.core.options import Severity
 from mountwarden.core.policy import resolve_policy
 from mountwarden.core.procfs import parse_mountinfo, parse_mountstats
 from mountwarden.core.procfs.mountstats import WRAPPED_COUNTER_FLOOR
+from mountwarden.core.volumecheck import VolumeFindingReason, check_volume
 
 ROOT = "/var/lib/kubelet"
 A, B, C = pod_uid("a"), pod_uid("b"), pod_uid("c")

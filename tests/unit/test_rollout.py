@@ -12,12 +12,12 @@ import pytest
 from mountwarden.api.storageprofile import RolloutStatus
 from mountwarden.core.rollout import (
     Autoscaler,
-    Mount,
     NodeReport,
     PatchVolume,
     Pod,
     Policy,
     RemountPod,
+    ReportedMount,
     RestartWorkload,
     Target,
     Version,
@@ -79,12 +79,12 @@ def point(p: Pod) -> str:
     return f"/var/lib/kubelet/pods/{p.uid}/volumes/kubernetes.io~nfs/pv-{p.name.rsplit('-', 1)[0]}"
 
 
-def mount(p: Pod, options=CACHED, superblock: str | None = None, shared_with=()) -> Mount:
-    return Mount(p.uid, f"pv-{p.name.rsplit('-', 1)[0]}", point(p), superblock or f"sb-{p.uid}",
+def mount(p: Pod, options=CACHED, superblock: str | None = None, shared_with=()) -> ReportedMount:
+    return ReportedMount(p.uid, f"pv-{p.name.rsplit('-', 1)[0]}", point(p), superblock or f"sb-{p.uid}",
                  tuple(options), tuple(shared_with))
 
 
-def report(node: str, *mounts: Mount, scanned: datetime = NOW) -> NodeReport:
+def report(node: str, *mounts: ReportedMount, scanned: datetime = NOW) -> NodeReport:
     return NodeReport(node, scanned, tuple(mounts))
 
 
@@ -235,7 +235,7 @@ def test_replicas_sharing_an_old_superblock_among_themselves_are_remounted_toget
 
 def test_a_csi_staging_mount_on_the_superblock_is_not_another_consumer():
     workload, pods, _ = rolled_out(replicas=1)
-    staging = Mount(None, "pv-a", "/var/lib/kubelet/plugins/kubernetes.io/csi/efs/x/globalmount", "0:60", COHERENT)
+    staging = ReportedMount(None, "pv-a", "/var/lib/kubelet/plugins/kubernetes.io/csi/efs/x/globalmount", "0:60", COHERENT)
     node = report("n1", mount(pods[0], COHERENT, "0:60", [staging.mount_point]), staging)
     assert step(world([patched("a")], pods, [workload], [node])).actions == (RemountPod(NS, "a-0", "uid-a-0"),)
 

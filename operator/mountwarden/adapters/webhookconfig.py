@@ -49,21 +49,18 @@ import logging
 import socket
 import tempfile
 import threading
-import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 
 import kopf
 import kubernetes
-import urllib3
 from kubernetes.client import ApiClient, ApiException
 
 from mountwarden.adapters import certs
 from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.nodemountreport import PLURAL as REPORTS
 from mountwarden.api.storageprofile import PLURAL
-from mountwarden.core.admission import ProfileEntry, replica_active
+from mountwarden.core.admission import ProfileEntry
 
 logger = logging.getLogger(__name__)
 
@@ -363,54 +360,6 @@ def cluster_server(*, port: int | None, cert_dir: str | None, registrar: Webhook
     if registrar is not None and service is not None:
         return EnforcingWebhookServer(registrar=registrar, service=service, **options)
     return kopf.WebhookServer(**options)
-
-
-#: kopf's cluster-wide peering objects.
-PEERING = ("kopf.dev", "v1", "clusterkopfpeerings")
-
-
-class ActiveReplica:
-    """Whether kopf lets this replica work, judged from the peering object as kopf judges it.
-
-    Read on demand (the active-label loop, a change of deny profiles), at most
-    every ``max_age`` seconds. Without the peering object kopf stays paused: not active.
-    When the API cannot be read, the last answer stands.
-    """
-
-    def __init__(self, client: ApiClient, *, peering_name: str, priority: int, identity: str | None,
-                 max_age: float = 2.0, clock: Callable[[], float] = time.monotonic) -> None:
-        self.api = kubernetes.client.CustomObjectsApi(client)
-        self.peering_name = peering_name
-        self.priority = priority
-        self.identity = identity
-        self.max_age = max_age
-        self.clock = clock
-        self._lock = threading.Lock()
-        self._checked_at: float | None = None
-        self._active = False
-
-    def __call__(self) -> bool:
-        with self._lock:
-            now = self.clock()
-            if self._checked_at is None or now - self._checked_at >= self.max_age:
-                self._active = self._read(self._active)
-                self._checked_at = now
-            return self._active
-
-    def _read(self, last: bool) -> bool:
-        try:
-            peering = self.api.get_cluster_custom_object(*PEERING, self.peering_name, _request_timeout=5)
-        except ApiException as error:
-            if error.status == 404:
-                return False
-            logger.warning(f"cannot read ClusterKopfPeering {self.peering_name} ({error.status} {error.reason}): "
-                           f"keeping the last answer ({'active' if last else 'standby'})")
-            return last
-        except (OSError, urllib3.exceptions.HTTPError) as error:  # no connection, a timeout
-            logger.warning(f"cannot read ClusterKopfPeering {self.peering_name} ({error}): keeping the last answer")
-            return last
-        return replica_active(peering.get("status") or {}, priority=self.priority, identity=self.identity,
-                              now=datetime.now(UTC))
 
 
 class ActivePodLabel:

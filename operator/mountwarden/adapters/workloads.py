@@ -15,9 +15,9 @@ from kubernetes.client import ApiClient, ApiException
 from mountwarden.adapters.kube import transient_errors
 from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.nodemountreport import PLURAL as REPORTS
+from mountwarden.core.nodereport import NodeReport, UnreadableReport
 from mountwarden.core.rollout import (
     Autoscaler,
-    NodeReport,
     PatchVolume,
     Pod,
     RemountPod,
@@ -100,8 +100,14 @@ class ClusterWorkloads:
         with transient_errors():
             listed = json.loads(self.custom.list_cluster_custom_object(
                 GROUP, VERSION, REPORTS, _preload_content=False).data)
-        reports = (NodeReport.from_object(obj) for obj in listed["items"])
-        return {report.node: report for report in reports}
+        reports = {}
+        for obj in listed["items"]:
+            try:
+                report = NodeReport.from_object(obj)
+            except UnreadableReport:
+                continue  # no verdict from it: its replicas wait as for a missing report
+            reports[report.node] = report
+        return reports
 
     def perform(self, actions: Iterable[PatchVolume | RestartWorkload | RemountPod]) -> None:
         """In order; the first failure stops the rest (the next tick decides again from the world)."""

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mountwarden.adapters.procreader import ProcRoot
-from mountwarden.core.nodescan import NetworkMount
+from mountwarden.core.nodescan import ScannedMount
 
 DEFAULT_PROBE_TIMEOUT_SECONDS = 5.0
 
@@ -43,9 +43,9 @@ class ServerProbe:
         with self._lock:
             return sum(1 for probe in self._outstanding.values() if not probe.done.is_set())
 
-    def check(self, mounts: Sequence[NetworkMount]) -> dict[str, bool | None]:
+    def check(self, mounts: Sequence[ScannedMount]) -> dict[str, bool | None]:
         """Superblock -> whether its server answered within the timeout (None: the probe could not ask)."""
-        first_mount: dict[str, NetworkMount] = {}
+        first_mount: dict[str, ScannedMount] = {}
         for mount in mounts:
             first_mount.setdefault(mount.superblock, mount)
         started: dict[str, _Probe] = {}

@@ -25,7 +25,7 @@ from mountwarden.api.nodemountreport import (
     VolumePlugin,
 )
 from mountwarden.core.kubelet import normalize_root
-from mountwarden.core.nodescan import NetworkMount, NodeScan, NodeVolume, OperationTotals, scan_node
+from mountwarden.core.nodescan import NodeScan, NodeVolume, OperationTotals, ScannedMount, scan_node
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ _MAX_SYMLINKS = 40
 
 #: The seam for the SQLite scan: given the proc root and the node's network mounts, the
 #: SQLite databases in use on them. The agent runs without one until it is plugged in.
-SqliteScanner = Callable[[ProcRoot, Sequence[NetworkMount]], Sequence[SqliteFinding]]
+SqliteScanner = Callable[[ProcRoot, Sequence[ScannedMount]], Sequence[SqliteFinding]]
 
 
 class ScanError(RuntimeError):

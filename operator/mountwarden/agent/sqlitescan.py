@@ -228,16 +228,8 @@ def _read_header(proc_root: ProcRoot, pid: int, fd: int) -> bytes | None:
         os.close(handle)
 
 
-def report_findings(proc_root: ProcRoot, mounts: Sequence[nodescan.NetworkMount]) -> list[SqliteFinding]:
+def report_findings(proc_root: ProcRoot, mounts: Sequence[nodescan.ScannedMount]) -> list[SqliteFinding]:
     """The agent's SQLite scan: findings for the node's network mounts, in the report's shape."""
-    sqlite_mounts = [
-        NetworkMount(
-            mount.entry.major, mount.entry.minor, mount.mount_point, mount.entry.fstype,
-            mount.kubelet.pod_uid if mount.kubelet else None,
-            # A staging mount's directory is a hash: naming it as the volume would mislead.
-            mount.kubelet.volume_name if mount.kubelet and mount.kubelet.pod_uid else None,
-        )
-        for mount in mounts
-    ]
+    sqlite_mounts = [mount.network_mount for mount in mounts]
     return [SqliteFinding.model_validate(finding.to_dict()) for finding in scan_sqlite(proc_root, sqlite_mounts).findings]
 

@@ -52,6 +52,7 @@ from mountwarden.core.credits.consumers import (
     summarize_consumers,
     watched_file_system,
 )
+from mountwarden.core.nodereport import NodeReport, UnreadableReport
 from mountwarden.core.storageclass import PROFILE_LABEL
 
 EXIT_CODES_HELP = (
@@ -446,7 +447,8 @@ def _cluster_consumers(file_system_id: str, kubeconfig: str | None, context: str
         volumes = [
             volume
             for report in _listed(custom.list_cluster_custom_object(GROUP, VERSION, REPORTS, _preload_content=False))
-            for volume in reported_volumes(report["metadata"]["name"], report.get("spec") or {})
+            if (node_report := _readable(report)) is not None
+            for volume in reported_volumes(node_report)
         ]
     except (kubernetes.config.ConfigException, kubernetes.client.ApiException, OSError) as error:
         fail(f"--consumers could not read the cluster ({escape(str(error).strip())}): pass --kubeconfig (or set "
@@ -455,6 +457,13 @@ def _cluster_consumers(file_system_id: str, kubeconfig: str | None, context: str
         pods, {pv: sc for pv, sc in classes_of_volumes.items() if sc}, profiles_of_classes, file_systems
     )
     return summarize_consumers(volumes, owners, file_system_id)
+
+
+def _readable(report: dict) -> NodeReport | None:
+    try:
+        return NodeReport.from_object(report)
+    except UnreadableReport:  # written by hand without a field the schema requires: as if absent
+        return None
 
 
 def _listed(response) -> list[dict]:

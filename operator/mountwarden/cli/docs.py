@@ -1,4 +1,4 @@
-"""Subcommand: docs (the reference pages generated from the API models and the metric definitions)."""
+"""Subcommand: docs (the reference pages generated from the API models, the metrics and the rollout tables)."""
 
 from pathlib import Path
 from typing import Annotated
@@ -40,6 +40,45 @@ def _metric_rows(registry, prefix: str) -> list[str]:
     return sorted(set(rows))
 
 
+ROLLOUT_HEADER = ("<!-- Generated from operator/mountwarden/core/rollout/machine.py by `mountwarden docs` (make docs). "
+                  "Do not edit. -->\n\n")
+
+
+def _rollout_reference() -> str:
+    """The rollout's state machine, row for row as the code runs it."""
+    from mountwarden.core.rollout.machine import (
+        AWAITING_APPROVAL,
+        MIGRATION_PHASES,
+        PHASES,
+        TURNS,
+        WORKLOAD_TRANSITIONS,
+    )
+
+    def reasons(names) -> str:
+        return ", ".join(f"`{name}`" for name in names)
+
+    lines = [ROLLOUT_HEADER + "# Rollout state machine", "",
+             "What `status.rollout` says and why, for strategy `PatchBoundVolumes`. Every tick (a timer) judges each "
+             "workload afresh from the cluster and from its line of the last status: the first row whose condition "
+             "holds gives its state and reason. The [runbook](../runbook.md#rollouts-statusrollout-phase-and-each-"
+             "workloads-state-and-reason) says what to do about each reason.", "",
+             "## A workload (`status.rollout.workloads[].state`, `.reason`)", "",
+             f"Until the rollout is approved (when {AWAITING_APPROVAL.when}), every workload is "
+             f"`{AWAITING_APPROVAL.state}` for `{AWAITING_APPROVAL.reason}`. Once it is:", "",
+             "| # | when | state | reason |", "|---|---|---|---|"]
+    lines += [f"| {number} | {row.when} | `{row.state}` | {reasons(row.reasons)} |"
+              for number, row in enumerate(WORKLOAD_TRANSITIONS, 1)]
+    lines += ["", "Then, to every `Pending` workload that holds no slot (in this order):", "",
+              "| when | state | reason |", "|---|---|---|"]
+    lines += [f"| {turn.when} | `{turn.state}` | `{turn.reason}` |" for turn in TURNS]
+    lines += ["", "## The rollout (`status.rollout.phase`)", "", "The first row that holds:", "",
+              "| when | phase |", "|---|---|"]
+    lines += [f"| {rule.when} | `{rule.phase}` |" for rule in PHASES]
+    lines += ["", "With strategy `NewStorageClass` nothing is restarted:", "", "| when | phase |", "|---|---|"]
+    lines += [f"| {when} | `{phase}` |" for phase, when in MIGRATION_PHASES]
+    return "\n".join(lines) + "\n"
+
+
 def rendered() -> dict[str, str]:
     """File name -> Markdown of every generated reference page."""
     from mountwarden.api import nodemountreport, storageprofile
@@ -60,6 +99,7 @@ def rendered() -> dict[str, str]:
             nodemountreport.NodeMountReportSpec),
         "metrics.md": _metrics_reference(),
         "kernel-behaviour.md": factsdoc.render(facts()),
+        "rollout.md": _rollout_reference(),
     }
 
 

@@ -80,6 +80,15 @@ def operator_command(
         help="Seconds between EFS credit checks (all watched file systems are fetched together). AWS "
              "credentials and region come from the standard boto3 chain (IRSA in a cluster; AWS_REGION; "
              "AWS_ENDPOINT_URL for a local endpoint).")] = 300.0,
+    compliance_interval: Annotated[float, typer.Option(
+        "--compliance-interval", envvar="MOUNTWARDEN_COMPLIANCE_INTERVAL", min=0.1,
+        help="Seconds between compliance checks of each profile against the node reports.")] = 30.0,
+    rollout_interval: Annotated[float, typer.Option(
+        "--rollout-interval", envvar="MOUNTWARDEN_ROLLOUT_INTERVAL", min=0.1,
+        help="Seconds between rollout ticks of each profile.")] = 5.0,
+    report_stale_after: Annotated[float, typer.Option(
+        "--report-stale-after", envvar="MOUNTWARDEN_REPORT_STALE_AFTER", min=1,
+        help="Seconds after which a node report proves nothing (the agent heartbeats every 5 minutes).")] = 900.0,
     webhook_mode: Annotated[WebhookMode, typer.Option(
         "--webhook-mode", envvar="MOUNTWARDEN_WEBHOOK_MODE",
         help="The admission webhook. local: serve on --webhook-host and register it with the API server; cluster: "
@@ -143,9 +152,6 @@ def operator_command(
         fail("--active-label labels this replica's own pod: set POD_NAME and POD_NAMESPACE (or --namespace)")
 
     kopf.configure(verbose=verbose)
-    # Timer intervals are fixed when kopf registers the timers, at import of the handlers.
-    os.environ["MOUNTWARDEN_COLLECT_INTERVAL"] = str(collect_interval)
-    os.environ["MOUNTWARDEN_CREDIT_INTERVAL"] = str(credit_interval)
     priority, derived = peering_priority(priority, standalone=standalone)
     if derived:
         logging.getLogger("mountwarden.operator").info(f"peering priority {priority}, {derived}")
@@ -156,6 +162,9 @@ def operator_command(
             webhook_cert_dir=webhook_cert_dir, webhook_host=webhook_host, namespace=namespace,
             network_provisioners=tuple(network_provisioners or ()), agent_service_account=agent_service_account,
             webhook_service=webhook_service, enforce_configuration=enforce_configuration, active_label=active_label,
+            collect_interval=collect_interval, credit_interval=credit_interval,
+            compliance_interval=compliance_interval, rollout_interval=rollout_interval,
+            report_stale_after=report_stale_after,
         ),
         standalone=standalone,
         liveness_endpoint=liveness,

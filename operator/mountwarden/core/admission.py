@@ -31,22 +31,12 @@ Decisions made here, and why:
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 
 from mountwarden.core.credits.bucket import ThroughputMode
 from mountwarden.core.policy import SpecProblem
 from mountwarden.core.presets import EFS_PROVISIONER, CachePolicy, is_efs
 from mountwarden.core.selectors import selector_matches
-from mountwarden.core.storageclass import (
-    DEFAULT_CLASS_ANNOTATION,
-    HASH_ANNOTATION,
-    PROFILE_LABEL,
-    SUPERSEDED_BY_ANNOTATION,
-    VERSION_LABEL,
-    DesiredClass,
-    ExistingClass,
-    plan_classes,
-)
+from mountwarden.core.storageclass import ClassEntry, DesiredClass, ExistingClass, plan_classes
 
 #: The label or annotation a PVC carries to say what it holds.
 CONTENTS_KEY = "mountwarden.io/contents"
@@ -103,39 +93,6 @@ class ProfileEntry:
             self.declares_consumers
             and selector_matches(self.namespace_selector, namespace_labels)
             and selector_matches(self.pvc_selector, pvc_labels)
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class ClassEntry:
-    """One StorageClass as admission sees it."""
-
-    name: str
-    provisioner: str
-    #: The mountwarden.io/profile label: the profile whose lineage this class is.
-    profile: str | None = None
-    version: int | None = None
-    superseded_by: str | None = None
-    is_default: bool = False
-    content_hash: str = ""
-    created_at: str = ""
-
-    @staticmethod
-    def from_object(obj: Mapping) -> "ClassEntry":
-        """Read a StorageClass in its wire form."""
-        metadata = obj.get("metadata") or {}
-        labels = metadata.get("labels") or {}
-        annotations = metadata.get("annotations") or {}
-        version = labels.get(VERSION_LABEL, "")
-        return ClassEntry(
-            name=metadata["name"],
-            provisioner=obj.get("provisioner", ""),
-            profile=labels.get(PROFILE_LABEL),
-            version=int(version) if version.isdigit() else None,
-            superseded_by=annotations.get(SUPERSEDED_BY_ANNOTATION),
-            is_default=annotations.get(DEFAULT_CLASS_ANNOTATION) == "true",
-            content_hash=annotations.get(HASH_ANNOTATION, ""),
-            created_at=metadata.get("creationTimestamp") or "",
         )
 
 
@@ -467,37 +424,3 @@ def review_report_write(write: ReportWrite, agent_username: str | None) -> Revie
             f"{agent} runs on node {node}: NodeMountReport {node} must describe it, but its spec.nodeName is "
             f"{write.node_name}", deny=True),))
     return Review()
-
-
-# -- replicas ------------------------------------------------------------------------------------------
-# Replicas share one kopf peering object; kopf pauses every replica but the one of the highest priority
-# (all of them when the highest is shared). A paused replica stops watching, so its indexes are empty or
-# stale: only the active one may answer admission requests.
-
-
-def _lastseen(text: str | None, now: datetime) -> datetime:
-    if not text:
-        return now  # as kopf reads a peer without lastseen: seen now
-    seen = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return seen if seen.tzinfo else seen.replace(tzinfo=UTC)
-
-
-def replica_active(peers: Mapping[str, Mapping | None], *, priority: int, identity: str | None,
-                   now: datetime) -> bool:
-    """Whether kopf, reading the peering object's ``status`` (``{identity: {priority, lifetime, lastseen}}``),
-    lets the replica of ``priority`` (and ``identity``, when known) work: no other live peer has a priority as
-    high. Without an identity, one peer of the same priority is taken to be this replica."""
-    alive = []
-    for peer_id, peer in peers.items():
-        if not isinstance(peer, Mapping):
-            continue  # removed: kopf writes null for a peer that left
-        deadline = _lastseen(peer.get("lastseen"), now) + timedelta(seconds=int(peer.get("lifetime", 60)))
-        if deadline > now:
-            alive.append((peer_id, int(peer.get("priority", 0))))
-    if identity is not None:
-        others = [p for peer_id, p in alive if peer_id != identity]
-    else:
-        others = [p for _, p in alive]
-        if priority in others:
-            others.remove(priority)
-    return all(p < priority for p in others)

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from mountwarden.core.nodescan import VolumeFinding, VolumeFindingReason, VolumeObservation, check_volume
+from mountwarden.core.nodereport import NodeReport, SqliteUse
 from mountwarden.core.options import Severity
 from mountwarden.core.optiontable import OptionValue
+from mountwarden.core.volumecheck import VolumeFinding, VolumeFindingReason, check_volume
 
 #: How many offenders the condition message and status name.
 WORST_OFFENDERS = 5
@@ -62,27 +63,6 @@ class Consumer:
 
 
 @dataclass(frozen=True, slots=True)
-class SqliteUse:
-    """A SQLite finding of a node report, as far as compliance needs it."""
-
-    pod_uid: str | None
-    volume_name: str | None
-    severity: str
-    mode: str
-    path: str | None
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class NodeReportView:
-    """What one node's report says, keyed for lookups by (pod UID, volume name)."""
-
-    scan_time: datetime
-    volumes: Mapping[tuple[str, str], VolumeObservation]
-    sqlite: Sequence[SqliteUse] = ()
-
-
-@dataclass(frozen=True, slots=True)
 class Contract:
     """What the profile declares, resolved."""
 
@@ -118,7 +98,7 @@ class Verdict:
 def assess(
     consumer: Consumer,
     contract: Contract,
-    reports: Mapping[str, NodeReportView],
+    reports: Mapping[str, NodeReport],
     *,
     now: datetime,
     stale_after: timedelta,
@@ -134,7 +114,7 @@ def assess(
         return Verdict(consumer, VolumeState.UNKNOWN, VerdictReason.REPORT_STALE,
                        f"the report of node {consumer.node} is {int((now - report.scan_time).total_seconds())} s "
                        "old: is the mountwarden agent running there?")
-    observed = report.volumes.get((consumer.pod_uid, consumer.volume_name))
+    observed = report.mount_of(consumer.pod_uid, (consumer.volume_name,))
     if observed is None:
         return Verdict(consumer, VolumeState.UNKNOWN, VerdictReason.NOT_MOUNTED,
                        f"{consumer.pod} has no mount of {consumer.volume_name} in the report of {consumer.node} "

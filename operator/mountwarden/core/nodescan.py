@@ -1,4 +1,4 @@
-"""A node's pod volumes on network filesystems, as the kernel really has them, and their check.
+"""A node's pod volumes on network filesystems, as the kernel really has them (checked in core/volumecheck.py).
 
 Inputs are the node's parsed mountinfo and mountstats (of one process in the
 host's mount namespace, normally pid 1). Mountinfo says what is mounted where and
@@ -29,14 +29,10 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
-from typing import Protocol
 
-from mountwarden.core.compare import Finding, check
 from mountwarden.core.kubelet import KubeletPlugin, KubeletVolume, is_subpath_mount, parse_volume_path
 from mountwarden.core.options import (
     NormalizedOptions,
-    Severity,
-    format_canonical,
     layer,
     normalize,
     with_kernel_defaults,
@@ -96,7 +92,27 @@ def _average(total: int | None, ops: int) -> float | None:
 
 @dataclass(frozen=True, slots=True)
 class NetworkMount:
-    """One mount on a network filesystem, whether a pod volume or not (a host mount, a subPath bind)."""
+    """A mount of a network filesystem and, when the kubelet made it, the pod volume it serves.
+
+    What the SQLite detection needs of a mount; a node scan's ScannedMount gives it as ``network_mount``.
+    """
+
+    major: int
+    minor: int
+    mount_point: str
+    fstype: str
+    pod_uid: str | None = None
+    volume_name: str | None = None
+
+    @property
+    def device(self) -> tuple[int, int]:
+        return (self.major, self.minor)
+
+
+@dataclass(frozen=True, slots=True)
+class ScannedMount:
+    """One mount on a network filesystem, whether a pod volume or not (a host mount, a subPath bind), with all
+    the scan learned of it."""
 
     entry: MountinfoEntry
     stats: MountstatsDevice | None
@@ -115,6 +131,16 @@ class NetworkMount:
     @property
     def superblock(self) -> str:
         return self.entry.major_minor
+
+    @property
+    def network_mount(self) -> NetworkMount:
+        kubelet = self.kubelet
+        return NetworkMount(
+            self.entry.major, self.entry.minor, self.mount_point, self.entry.fstype,
+            kubelet.pod_uid if kubelet else None,
+            # A staging mount's directory is a hash: naming it as the volume would mislead.
+            kubelet.volume_name if kubelet and kubelet.pod_uid else None,
+        )
 
     @property
     def counts_as_consumer(self) -> bool:
@@ -153,7 +179,7 @@ class NodeVolume:
 @dataclass(frozen=True, slots=True)
 class NodeScan:
     volumes: tuple[NodeVolume, ...]
-    network_mounts: tuple[NetworkMount, ...]
+    network_mounts: tuple[ScannedMount, ...]
     skipped_lines: int
 
 
@@ -250,11 +276,11 @@ def _client_key(
 
 def _network_mount(
     entry: MountinfoEntry, stats: MountstatsDevice | None, kubelet_roots: Collection[str]
-) -> NetworkMount:
+) -> ScannedMount:
     stats = stats if stats is not None and stats.is_nfs else None
     options, source = effective_options(entry, stats)
     server, export = split_source(entry.source)
-    return NetworkMount(
+    return ScannedMount(
         entry=entry,
         stats=stats,
         kubelet=parse_volume_path(entry.mount_point, kubelet_roots),
@@ -296,7 +322,7 @@ def _unwrapped(op: RpcOperationStats, counter: str, notes: list[str]) -> int | N
     return value
 
 
-def _tunnel_note(mount: NetworkMount) -> list[str]:
+def _tunnel_note(mount: ScannedMount) -> list[str]:
     if mount.server not in _LOOPBACK_SERVERS:
         return []
     port = mount.options.get("port")
@@ -322,7 +348,7 @@ def scan_node(
         if entry.fstype in network_fstypes
     )
     consumers = [mount for mount in mounts if mount.counts_as_consumer]
-    by_superblock: dict[str, list[NetworkMount]] = defaultdict(list)
+    by_superblock: dict[str, list[ScannedMount]] = defaultdict(list)
     for mount in consumers:
         by_superblock[mount.superblock].append(mount)
     per_client = Counter(mount.client_key for mount in consumers)
@@ -343,7 +369,7 @@ def scan_node(
 
 
 def _volume(
-    mount: NetworkMount, kubelet: KubeletVolume, same_superblock: list[NetworkMount], server_mounts: int
+    mount: ScannedMount, kubelet: KubeletVolume, same_superblock: list[ScannedMount], server_mounts: int
 ) -> NodeVolume:
     operations, counter_notes = _operations(mount.stats)
     connections = mount.stats.xprt_count if mount.stats is not None else 0
@@ -374,182 +400,3 @@ def _volume(
 def _version(options: Mapping[str, OptionValue]) -> str | None:
     version = options.get("vers")
     return str(version) if version is not None else None
-
-
-# -- the check of one volume against its contract ---------------------------------------------
-
-
-class VolumeObservation(Protocol):
-    """What the check needs of a volume: a NodeVolume here, or the report's MountedVolume."""
-
-    @property
-    def mount_point(self) -> str: ...
-
-    @property
-    def superblock(self) -> str: ...
-
-    @property
-    def effective_options(self) -> Sequence[str]: ...
-
-    @property
-    def shared_with(self) -> Sequence[str]: ...
-
-    @property
-    def server(self) -> str | None: ...
-
-    @property
-    def connections(self) -> int | None: ...
-
-    @property
-    def server_mounts(self) -> int: ...
-
-
-class VolumeFindingReason(StrEnum):
-    OPTION_MISMATCH = "OptionMismatch"  # an option in effect differs from the contract
-    SUPERBLOCK_SHARED = "SuperblockShared"  # ... and another mount shares the superblock
-    NCONNECT_IGNORED = "NconnectIgnored"  # the server's first mount fixed the connection count
-
-
-@dataclass(frozen=True, slots=True)
-class VolumeFinding:
-    reason: VolumeFindingReason
-    severity: Severity
-    message: str
-    remedy: str
-    option: str | None = None
-    expected: OptionValue | None = None
-    actual: OptionValue | None = None
-    #: The other mount points involved (sharing the superblock).
-    other_mounts: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict:
-        return {
-            "reason": str(self.reason),
-            "severity": str(self.severity),
-            "message": self.message,
-            "remedy": self.remedy,
-            "option": self.option,
-            "expected": self.expected,
-            "actual": self.actual,
-            "other_mounts": list(self.other_mounts),
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class VolumeCheck:
-    findings: tuple[VolumeFinding, ...]
-
-    @property
-    def compliant(self) -> bool:
-        """Compliant means nothing worse than information, as for an option check."""
-        return all(finding.severity is Severity.INFO for finding in self.findings)
-
-    def to_dict(self) -> dict:
-        return {"compliant": self.compliant, "findings": [finding.to_dict() for finding in self.findings]}
-
-
-_SEVERITY_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.ERROR: 2}
-
-_REMOUNT = (
-    "The mount was made with other options: once the PV's mountOptions (or its StorageClass) carry the "
-    "declared ones, restart the pod so that the kubelet mounts the volume again."
-)
-
-
-def check_volume(
-    volume: VolumeObservation,
-    declared: Mapping[str, OptionValue],
-    *,
-    required: Iterable[str] = (),
-    forbidden: Iterable[str] = (),
-) -> VolumeCheck:
-    """Findings for one volume against its contract: options first, then why they may differ.
-
-    ``declared`` is a canonical option dict (a ResolvedPolicy's ``options``).
-    """
-    observed = normalize(list(volume.effective_options), observed=True).options
-    option_findings = check(declared, observed, required=required, forbidden=forbidden).findings
-    findings = [_option_finding(finding) for finding in option_findings]
-    drift = [finding for finding in option_findings if finding.severity is not Severity.INFO]
-    if drift and volume.shared_with:
-        findings.append(_superblock_shared(volume, drift))
-    if (nconnect := _nconnect_ignored(volume, declared)) is not None:
-        findings.append(nconnect)
-    return VolumeCheck(tuple(findings))
-
-
-def _option_finding(finding: Finding) -> VolumeFinding:
-    return VolumeFinding(
-        reason=VolumeFindingReason.OPTION_MISMATCH,
-        severity=finding.severity,
-        message=finding.message,
-        remedy="" if finding.severity is Severity.INFO else _REMOUNT,
-        option=finding.option,
-        expected=finding.expected,
-        actual=finding.actual,
-    )
-
-
-def describe_mount(mount_point: str) -> str:
-    """A mount point with whom it belongs to, for messages."""
-    kubelet = parse_volume_path(mount_point)
-    if kubelet is None:
-        return f"{mount_point} (not a pod volume)"
-    if kubelet.plugin is KubeletPlugin.CSI_STAGING:
-        return f"{mount_point} (staging mount of CSI driver {kubelet.driver or 'unknown'})"
-    return f"{mount_point} (pod {kubelet.pod_uid}, volume {kubelet.volume_name})"
-
-
-def _declared_text(finding: Finding) -> str:
-    """What the contract asked for, in mount syntax: vers=4.1, noresvport, hard, not nolock."""
-    if finding.expected is None:
-        return f"not {finding.option}"  # a forbidden option
-    if finding.expected == finding.option:
-        return finding.option  # one flag of an exclusive group (hard, soft, softerr)
-    return format_canonical(finding.option, finding.expected)
-
-
-def _superblock_shared(volume: VolumeObservation, drift: list[Finding]) -> VolumeFinding:
-    others = tuple(volume.shared_with)
-    options = ", ".join(dict.fromkeys(_declared_text(finding) for finding in drift))
-    return VolumeFinding(
-        reason=VolumeFindingReason.SUPERBLOCK_SHARED,
-        severity=max((finding.severity for finding in drift), key=_SEVERITY_RANK.__getitem__),
-        message=(
-            f"{volume.mount_point} shares superblock {volume.superblock} with "
-            f"{'; '.join(describe_mount(other) for other in others)}. A superblock keeps the options of the "
-            f"mount that created it, so the declared {options} may never have applied to this volume."
-        ),
-        remedy=(
-            "Restart or move the other consumer(s) off this node so that the superblock goes away with its "
-            "last mount, then restart this pod; or declare nosharecache so that this volume gets a "
-            "superblock of its own (nfs(5) calls that a data risk: multiple cached copies of the same file on "
-            "one client can become out of sync after a local update of one of them)."
-        ),
-        other_mounts=others,
-    )
-
-
-def _nconnect_ignored(volume: VolumeObservation, declared: Mapping[str, OptionValue]) -> VolumeFinding | None:
-    wanted = declared.get("nconnect")
-    connections = volume.connections
-    if wanted is None or connections is None or connections == wanted or volume.server_mounts < 2:
-        return None
-    server = volume.server or "the server"
-    others = volume.server_mounts - 1
-    return VolumeFinding(
-        reason=VolumeFindingReason.NCONNECT_IGNORED,
-        severity=Severity.WARNING,
-        message=(
-            f"nconnect={wanted} is declared but the client has {connections} connection(s) to {server}: "
-            f"nconnect is fixed by the first mount of a server and {others} other mount(s) on this node use "
-            f"{server}, so this mount's nconnect was ignored."
-        ),
-        remedy=(
-            f"Declare the same nconnect for every volume of {server}, or move the other consumers off this "
-            "node so that the next mount sets it."
-        ),
-        option="nconnect",
-        expected=wanted,
-        actual=connections,
-    )

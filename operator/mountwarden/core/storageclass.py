@@ -230,3 +230,41 @@ def version_history(
             "heldBy": [],
         })
     return records
+
+
+@dataclass(frozen=True, slots=True)
+class ClassEntry:
+    """One StorageClass as the operator's indexes hold it (admission, compliance)."""
+
+    name: str
+    provisioner: str
+    #: The mountwarden.io/profile label: the profile whose lineage this class is.
+    profile: str | None = None
+    version: int | None = None
+    superseded_by: str | None = None
+    is_default: bool = False
+    content_hash: str = ""
+    created_at: str = ""
+
+    @staticmethod
+    def from_object(obj: Mapping) -> "ClassEntry":
+        """Read a StorageClass in its wire form."""
+        metadata = obj.get("metadata") or {}
+        labels = metadata.get("labels") or {}
+        annotations = metadata.get("annotations") or {}
+        version = labels.get(VERSION_LABEL, "")
+        return ClassEntry(
+            name=metadata["name"],
+            provisioner=obj.get("provisioner", ""),
+            profile=labels.get(PROFILE_LABEL),
+            version=int(version) if version.isdigit() else None,
+            superseded_by=annotations.get(SUPERSEDED_BY_ANNOTATION),
+            is_default=annotations.get(DEFAULT_CLASS_ANNOTATION) == "true",
+            content_hash=annotations.get(HASH_ANNOTATION, ""),
+            created_at=metadata.get("creationTimestamp") or "",
+        )
+
+
+def last_version(status: Mapping) -> int:
+    """The highest version a profile ever had (status.version and status.history): the next one is above it."""
+    return max([int(status.get("version") or 0), *(int(h["version"]) for h in status.get("history") or [])])

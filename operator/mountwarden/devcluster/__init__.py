@@ -15,6 +15,7 @@ from mountwarden.devcluster.cluster import (
     ClusterInfo,
     DevCluster,
     DevClusterError,
+    local_cluster,
 )
 from mountwarden.devcluster.kubectl import KubectlError, run_kubectl
 
@@ -27,6 +28,7 @@ __all__ = [
     "DevCluster",
     "DevClusterError",
     "KubectlError",
+    "local_cluster",
     "resolve_binaries",
     "run_kubectl",
 ]

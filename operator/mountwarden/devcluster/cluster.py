@@ -403,256 +403,22 @@ class DevCluster:
             (self.state_dir / name).unlink(missing_ok=True)
 
     def _up(self, binaries: Binaries, nodes: int, started: float, deadline: float) -> ClusterInfo:
-        timings: dict[str, float] = {}
-
-        def step_done(step: str) -> None:
-            timings[step] = time.monotonic() - started
-
+        """The steps of `up`, each announcing itself in the line the dev cluster prints."""
         self._clean_previous_run()
         self.logs_dir.mkdir(parents=True)
-        self._on_progress("generating certificates")
-        certs = pki_.generate(self.state_dir / "pki")
-        step_done("certificates")
-
-        ports = dict(
-            zip(
-                ("etcd_client", "etcd_peer", APISERVER, CONTROLLER_MANAGER, SCHEDULER),
-                processes.free_ports(5),
-                strict=True,
-            )
-        )
-        api_server = f"https://127.0.0.1:{ports[APISERVER]}"
-        kubeconfigs = self.state_dir / "kubeconfigs"
-        pki_.write_kubeconfig(
-            self.kubeconfig, server=api_server, ca=certs.ca, user="mountwarden-dev-admin", client=certs.admin
-        )
-        kcm_kubeconfig = pki_.write_kubeconfig(
-            kubeconfigs / f"{CONTROLLER_MANAGER}.kubeconfig",
-            server=api_server,
-            ca=certs.ca,
-            user="system:kube-controller-manager",
-            client=certs.controller_manager,
-        )
-        scheduler_kubeconfig = pki_.write_kubeconfig(
-            kubeconfigs / f"{SCHEDULER}.kubeconfig",
-            server=api_server,
-            ca=certs.ca,
-            user="system:kube-scheduler",
-            client=certs.scheduler,
-        )
-        kwok_kubeconfig = pki_.write_kubeconfig(
-            kubeconfigs / f"{KWOK}.kubeconfig",
-            server=api_server,
-            ca=certs.ca,
-            user="kwok-controller",
-            client=certs.kwok,
-        )
-        kwok_config = self.state_dir / "kwok.yaml"
-        kwok_config.write_text(STAGES)
-
-        state: dict[str, Any] = {
-            "format": 1,
-            "api_server": api_server,
-            "binaries": str(binaries.dir),
-            "ports": ports,
-            "processes": {},
-            "ready": False,
-        }
-        self._write_state(state)
-
-        def start(name: str, binary: Path, args: list[str]) -> processes.RecordedProcess:
-            record, popen = processes.spawn(
-                name,
-                [str(binary), *args],
-                self.logs_dir / f"{name}.log",
-                cwd=self.state_dir,
-                stop_with_parent=self._stop_with_parent,
-            )
-            self._children.append(popen)
-            state["processes"][name] = record.to_dict()
-            # Recorded at once: if `up` dies now, `down` still finds this process.
-            self._write_state(state)
-            return record
-
-        etcd_url = f"http://127.0.0.1:{ports['etcd_client']}"
-        peer_url = f"http://127.0.0.1:{ports['etcd_peer']}"
-        self._on_progress("starting etcd")
-        etcd = start(
-            ETCD,
-            binaries.etcd,
-            [
-                "--name=mountwarden-dev",
-                f"--data-dir={self.state_dir / 'etcd'}",
-                f"--listen-client-urls={etcd_url}",
-                f"--advertise-client-urls={etcd_url}",
-                f"--listen-peer-urls={peer_url}",
-                f"--initial-advertise-peer-urls={peer_url}",
-                f"--initial-cluster=mountwarden-dev={peer_url}",
-                # A throwaway cluster: durability is not worth an fsync per write.
-                "--unsafe-no-fsync=true",
-                "--log-level=warn",
-            ],
-        )
-        # No wait for etcd here: the API server retries etcd while it starts, and the
-        # second or so etcd may take to elect itself overlaps with the API server's start.
-        self._on_progress("starting kube-apiserver")
-        pki_dir = self.state_dir / "pki"
-        apiserver = start(
-            APISERVER,
-            binaries.kube_apiserver,
-            [
-                f"--etcd-servers={etcd_url}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={ports[APISERVER]}",
-                # Otherwise the API server writes self-signed certificates to /var/run/kubernetes.
-                f"--cert-dir={pki_dir}",
-                f"--tls-cert-file={certs.apiserver.cert}",
-                f"--tls-private-key-file={certs.apiserver.key}",
-                f"--client-ca-file={certs.ca.cert}",
-                "--authorization-mode=Node,RBAC",
-                f"--service-cluster-ip-range={pki_.SERVICE_CLUSTER_IP_RANGE}",
-                "--allow-privileged=true",
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-                f"--service-account-key-file={certs.service_account_pub}",
-                f"--service-account-signing-key-file={certs.service_account_key}",
-                # Front proxy: lets aggregated API servers (and the controller manager's
-                # and scheduler's delegated authentication) trust the API server.
-                f"--requestheader-client-ca-file={certs.front_proxy_ca.cert}",
-                f"--requestheader-allowed-names={pki_.FRONT_PROXY_CLIENT}",
-                "--requestheader-username-headers=X-Remote-User",
-                "--requestheader-group-headers=X-Remote-Group",
-                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
-                f"--proxy-client-cert-file={certs.front_proxy_client.cert}",
-                f"--proxy-client-key-file={certs.front_proxy_client.key}",
-                # The default admission plugins stay on, ServiceAccount among them: it
-                # gives pods their service account as on any real cluster.
-            ],
-        )
-        self._wait(
-            "etcd to answer /health",
-            lambda: self._etcd_healthy(etcd_url),
-            [etcd, apiserver],
-            deadline,
-            blame=etcd,
-        )
-        step_done(ETCD)
-        api = _Api(api_server, certs.ca, certs.admin)
-        self._on_progress("waiting for kube-apiserver /readyz")
-        self._wait(
-            "kube-apiserver to answer /readyz",
-            lambda: self._get_ok(api, "/readyz"),
-            [etcd, apiserver],
-            deadline,
-        )
-        step_done(APISERVER)
-
-        self._on_progress("starting kube-controller-manager, kube-scheduler and kwok")
-        always_allow = "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics"
-        controller_manager = start(
-            CONTROLLER_MANAGER,
-            binaries.kube_controller_manager,
-            [
-                f"--kubeconfig={kcm_kubeconfig}",
-                f"--authentication-kubeconfig={kcm_kubeconfig}",
-                f"--authorization-kubeconfig={kcm_kubeconfig}",
-                f"--root-ca-file={certs.ca.cert}",
-                f"--service-account-private-key-file={certs.service_account_key}",
-                # Each controller acts as its own service account, as in a real cluster,
-                # so that RBAC problems show up here first.
-                "--use-service-account-credentials=true",
-                # Lets tests obtain signed certificates through the CertificateSigningRequest API.
-                f"--cluster-signing-cert-file={certs.ca.cert}",
-                f"--cluster-signing-key-file={certs.ca.key}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={ports[CONTROLLER_MANAGER]}",
-                always_allow,
-                # One instance: leader election would only delay the start.
-                "--leader-elect=false",
-                "--controllers=*",
-                # Otherwise it creates /usr/libexec/kubernetes/kubelet-plugins/volume/exec.
-                f"--flex-volume-plugin-dir={self.state_dir / 'flexvolume'}",
-                f"--kube-api-qps={CLIENT_QPS}",
-                f"--kube-api-burst={CLIENT_BURST}",
-            ],
-        )
-        scheduler = start(
-            SCHEDULER,
-            binaries.kube_scheduler,
-            [
-                f"--kubeconfig={scheduler_kubeconfig}",
-                f"--authentication-kubeconfig={scheduler_kubeconfig}",
-                f"--authorization-kubeconfig={scheduler_kubeconfig}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={ports[SCHEDULER]}",
-                always_allow,
-                "--leader-elect=false",
-                f"--kube-api-qps={CLIENT_QPS}",
-                f"--kube-api-burst={CLIENT_BURST}",
-            ],
-        )
-        kwok = start(
-            KWOK,
-            binaries.kwok,
-            [
-                f"--kubeconfig={kwok_kubeconfig}",
-                # Our own stages, and never the user's ~/.kwok/kwok.yaml.
-                f"--config={kwok_config}",
-                "--manage-all-nodes=false",
-                f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION[0]}={KWOK_NODE_ANNOTATION[1]}",
-                f"--cidr={POD_CIDR}",
-                "--node-ip=10.1.0.1",
-                f"--node-lease-duration-seconds={NODE_LEASE_SECONDS}",
-            ],
-        )
-        everything = [etcd, apiserver, controller_manager, scheduler, kwok]
-
-        node_names = [f"kwok-node-{i}" for i in range(nodes)]
-        self._on_progress(f"creating {nodes} kwok node{'s' if nodes != 1 else ''}")
-        for index, name in enumerate(node_names):
-            status, body = api.request("POST", "/api/v1/nodes", _node(name, index))
-            if status not in (201, 409):
-                raise DevClusterError(f"creating node {name} failed: HTTP {status}: {body}")
-        step_done("nodes created")
-
-        self._on_progress("waiting for the default ServiceAccount (kube-controller-manager)")
-        self._wait(
-            "kube-controller-manager to create the default ServiceAccount",
-            lambda: self._get_ok(api, "/api/v1/namespaces/default/serviceaccounts/default"),
-            everything,
-            deadline,
-            blame=controller_manager,
-        )
-        step_done("default service account")
-        self._on_progress("waiting for kube-scheduler /healthz")
-        self._wait(
-            "kube-scheduler to answer /healthz",
-            lambda: _healthz(ports[SCHEDULER]),
-            everything,
-            deadline,
-            blame=scheduler,
-        )
-        step_done(SCHEDULER)
-        self._on_progress(f"waiting for {nodes} node{'s' if nodes != 1 else ''} to be Ready (kwok)")
-        self._wait(
-            "the kwok nodes to be Ready and untainted",
-            lambda: self._nodes_ready(api, node_names),
-            everything,
-            deadline,
-            blame=kwok,
-        )
-        step_done("nodes ready")
-
-        status, version = api.request("GET", "/version")
-        git_version = version.get("gitVersion", "") if isinstance(version, dict) else ""
-        startup = time.monotonic() - started
-        state.update(
-            ready=True,
-            nodes=node_names,
-            version=git_version,
-            startup_seconds=round(startup, 3),
-            timings={k: round(v, 3) for k, v in timings.items()},
-        )
-        self._write_state(state)
+        launch = _Launch(self, binaries, started, deadline)
+        launch.generate_certificates()  # generating certificates
+        launch.write_kubeconfigs()
+        launch.start_etcd()  # starting etcd
+        launch.start_apiserver()  # starting kube-apiserver
+        launch.wait_for_etcd()
+        launch.wait_for_apiserver()  # waiting for kube-apiserver /readyz
+        launch.start_controllers_and_kwok()  # starting kube-controller-manager, kube-scheduler and kwok
+        launch.create_nodes(nodes)  # creating N kwok nodes
+        launch.wait_for_default_service_account()  # waiting for the default ServiceAccount (...)
+        launch.wait_for_scheduler()  # waiting for kube-scheduler /healthz
+        launch.wait_for_nodes()  # waiting for N nodes to be Ready (kwok)
+        launch.record_ready()
         info = self.info()
         assert info is not None
         return info
@@ -791,3 +557,271 @@ class DevCluster:
         if purge:
             shutil.rmtree(self.state_dir)
         return stopped
+
+
+@contextlib.contextmanager
+def local_cluster(state_dir: str | Path, *, nodes: int, timeout: float = 180.0) -> Iterator[ClusterInfo]:
+    """A throwaway dev cluster for the length of the block (benchmarks): it stops with the block or its caller."""
+    cluster = DevCluster(state_dir, stop_with_parent=True)
+    try:
+        yield cluster.up(nodes=nodes, timeout=timeout)
+    finally:
+        cluster.down()
+
+
+class _Launch:
+    """One run of `up`: what its steps share (certificates, ports, the processes started, the timings)."""
+
+    def __init__(self, cluster: DevCluster, binaries: Binaries, started: float, deadline: float) -> None:
+        self.cluster = cluster
+        self.binaries = binaries
+        self.started = started
+        self.deadline = deadline
+        self.state_dir = cluster.state_dir
+        self.progress = cluster._on_progress
+        self.timings: dict[str, float] = {}
+        self.ports = dict(
+            zip(
+                ("etcd_client", "etcd_peer", APISERVER, CONTROLLER_MANAGER, SCHEDULER),
+                processes.free_ports(5),
+                strict=True,
+            )
+        )
+        self.api_server = f"https://127.0.0.1:{self.ports[APISERVER]}"
+        self.etcd_url = f"http://127.0.0.1:{self.ports['etcd_client']}"
+        self.started_processes: dict[str, processes.RecordedProcess] = {}
+        self.node_names: list[str] = []
+        self.state: dict[str, Any] = {}
+
+    def step_done(self, step: str) -> None:
+        self.timings[step] = time.monotonic() - self.started
+
+    @property
+    def everything(self) -> list[processes.RecordedProcess]:
+        return list(self.started_processes.values())
+
+    def start(self, name: str, binary: Path, args: list[str]) -> processes.RecordedProcess:
+        record, popen = processes.spawn(
+            name,
+            [str(binary), *args],
+            self.cluster.logs_dir / f"{name}.log",
+            cwd=self.state_dir,
+            stop_with_parent=self.cluster._stop_with_parent,
+        )
+        self.cluster._children.append(popen)
+        self.started_processes[name] = record
+        self.state["processes"][name] = record.to_dict()
+        # Recorded at once: if `up` dies now, `down` still finds this process.
+        self.cluster._write_state(self.state)
+        return record
+
+    def wait(self, what: str, check: Callable[[], bool], blame: str | None = None) -> None:
+        self.cluster._wait(what, check, self.everything, self.deadline,
+                           blame=self.started_processes[blame] if blame else None)
+
+    # -- the steps, in order ---------------------------------------------------------------
+
+    def generate_certificates(self) -> None:
+        self.progress("generating certificates")
+        self.certs = pki_.generate(self.state_dir / "pki")
+        self.step_done("certificates")
+
+    def write_kubeconfigs(self) -> None:
+        """The admin's kubeconfig, one per component, kwok's stages, and the first state.json."""
+        certs, kubeconfigs = self.certs, self.state_dir / "kubeconfigs"
+        pki_.write_kubeconfig(
+            self.cluster.kubeconfig, server=self.api_server, ca=certs.ca, user="mountwarden-dev-admin",
+            client=certs.admin,
+        )
+        identities = {
+            CONTROLLER_MANAGER: ("system:kube-controller-manager", certs.controller_manager),
+            SCHEDULER: ("system:kube-scheduler", certs.scheduler),
+            KWOK: ("kwok-controller", certs.kwok),
+        }
+        self.kubeconfigs = {
+            name: pki_.write_kubeconfig(kubeconfigs / f"{name}.kubeconfig", server=self.api_server, ca=certs.ca,
+                                        user=user, client=client)
+            for name, (user, client) in identities.items()
+        }
+        self.kwok_config = self.state_dir / "kwok.yaml"
+        self.kwok_config.write_text(STAGES)
+        self.state = {
+            "format": 1,
+            "api_server": self.api_server,
+            "binaries": str(self.binaries.dir),
+            "ports": self.ports,
+            "processes": {},
+            "ready": False,
+        }
+        self.cluster._write_state(self.state)
+
+    def start_etcd(self) -> None:
+        peer_url = f"http://127.0.0.1:{self.ports['etcd_peer']}"
+        self.progress("starting etcd")
+        self.start(
+            ETCD,
+            self.binaries.etcd,
+            [
+                "--name=mountwarden-dev",
+                f"--data-dir={self.state_dir / 'etcd'}",
+                f"--listen-client-urls={self.etcd_url}",
+                f"--advertise-client-urls={self.etcd_url}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster=mountwarden-dev={peer_url}",
+                # A throwaway cluster: durability is not worth an fsync per write.
+                "--unsafe-no-fsync=true",
+                "--log-level=warn",
+            ],
+        )
+
+    def start_apiserver(self) -> None:
+        # No wait for etcd before this: the API server retries etcd while it starts, and the
+        # second or so etcd may take to elect itself overlaps with the API server's start.
+        certs = self.certs
+        self.progress("starting kube-apiserver")
+        self.start(
+            APISERVER,
+            self.binaries.kube_apiserver,
+            [
+                f"--etcd-servers={self.etcd_url}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={self.ports[APISERVER]}",
+                # Otherwise the API server writes self-signed certificates to /var/run/kubernetes.
+                f"--cert-dir={self.state_dir / 'pki'}",
+                f"--tls-cert-file={certs.apiserver.cert}",
+                f"--tls-private-key-file={certs.apiserver.key}",
+                f"--client-ca-file={certs.ca.cert}",
+                "--authorization-mode=Node,RBAC",
+                f"--service-cluster-ip-range={pki_.SERVICE_CLUSTER_IP_RANGE}",
+                "--allow-privileged=true",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={certs.service_account_pub}",
+                f"--service-account-signing-key-file={certs.service_account_key}",
+                # Front proxy: lets aggregated API servers (and the controller manager's
+                # and scheduler's delegated authentication) trust the API server.
+                f"--requestheader-client-ca-file={certs.front_proxy_ca.cert}",
+                f"--requestheader-allowed-names={pki_.FRONT_PROXY_CLIENT}",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                f"--proxy-client-cert-file={certs.front_proxy_client.cert}",
+                f"--proxy-client-key-file={certs.front_proxy_client.key}",
+                # The default admission plugins stay on, ServiceAccount among them: it
+                # gives pods their service account as on any real cluster.
+            ],
+        )
+
+    def wait_for_etcd(self) -> None:
+        self.wait("etcd to answer /health", lambda: DevCluster._etcd_healthy(self.etcd_url), blame=ETCD)
+        self.step_done(ETCD)
+
+    def wait_for_apiserver(self) -> None:
+        self.api = _Api(self.api_server, self.certs.ca, self.certs.admin)
+        self.progress("waiting for kube-apiserver /readyz")
+        self.wait("kube-apiserver to answer /readyz", lambda: DevCluster._get_ok(self.api, "/readyz"))
+        self.step_done(APISERVER)
+
+    def start_controllers_and_kwok(self) -> None:
+        certs, kubeconfigs = self.certs, self.kubeconfigs
+        self.progress("starting kube-controller-manager, kube-scheduler and kwok")
+        always_allow = "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics"
+        kcm_kubeconfig = kubeconfigs[CONTROLLER_MANAGER]
+        self.start(
+            CONTROLLER_MANAGER,
+            self.binaries.kube_controller_manager,
+            [
+                f"--kubeconfig={kcm_kubeconfig}",
+                f"--authentication-kubeconfig={kcm_kubeconfig}",
+                f"--authorization-kubeconfig={kcm_kubeconfig}",
+                f"--root-ca-file={certs.ca.cert}",
+                f"--service-account-private-key-file={certs.service_account_key}",
+                # Each controller acts as its own service account, as in a real cluster,
+                # so that RBAC problems show up here first.
+                "--use-service-account-credentials=true",
+                # Lets tests obtain signed certificates through the CertificateSigningRequest API.
+                f"--cluster-signing-cert-file={certs.ca.cert}",
+                f"--cluster-signing-key-file={certs.ca.key}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={self.ports[CONTROLLER_MANAGER]}",
+                always_allow,
+                # One instance: leader election would only delay the start.
+                "--leader-elect=false",
+                "--controllers=*",
+                # Otherwise it creates /usr/libexec/kubernetes/kubelet-plugins/volume/exec.
+                f"--flex-volume-plugin-dir={self.state_dir / 'flexvolume'}",
+                f"--kube-api-qps={CLIENT_QPS}",
+                f"--kube-api-burst={CLIENT_BURST}",
+            ],
+        )
+        scheduler_kubeconfig = kubeconfigs[SCHEDULER]
+        self.start(
+            SCHEDULER,
+            self.binaries.kube_scheduler,
+            [
+                f"--kubeconfig={scheduler_kubeconfig}",
+                f"--authentication-kubeconfig={scheduler_kubeconfig}",
+                f"--authorization-kubeconfig={scheduler_kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={self.ports[SCHEDULER]}",
+                always_allow,
+                "--leader-elect=false",
+                f"--kube-api-qps={CLIENT_QPS}",
+                f"--kube-api-burst={CLIENT_BURST}",
+            ],
+        )
+        self.start(
+            KWOK,
+            self.binaries.kwok,
+            [
+                f"--kubeconfig={kubeconfigs[KWOK]}",
+                # Our own stages, and never the user's ~/.kwok/kwok.yaml.
+                f"--config={self.kwok_config}",
+                "--manage-all-nodes=false",
+                f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION[0]}={KWOK_NODE_ANNOTATION[1]}",
+                f"--cidr={POD_CIDR}",
+                "--node-ip=10.1.0.1",
+                f"--node-lease-duration-seconds={NODE_LEASE_SECONDS}",
+            ],
+        )
+
+    def create_nodes(self, nodes: int) -> None:
+        self.node_names = [f"kwok-node-{i}" for i in range(nodes)]
+        self.progress(f"creating {nodes} kwok node{'s' if nodes != 1 else ''}")
+        for index, name in enumerate(self.node_names):
+            status, body = self.api.request("POST", "/api/v1/nodes", _node(name, index))
+            if status not in (201, 409):
+                raise DevClusterError(f"creating node {name} failed: HTTP {status}: {body}")
+        self.step_done("nodes created")
+
+    def wait_for_default_service_account(self) -> None:
+        self.progress("waiting for the default ServiceAccount (kube-controller-manager)")
+        self.wait("kube-controller-manager to create the default ServiceAccount",
+                  lambda: DevCluster._get_ok(self.api, "/api/v1/namespaces/default/serviceaccounts/default"),
+                  blame=CONTROLLER_MANAGER)
+        self.step_done("default service account")
+
+    def wait_for_scheduler(self) -> None:
+        self.progress("waiting for kube-scheduler /healthz")
+        self.wait("kube-scheduler to answer /healthz", lambda: _healthz(self.ports[SCHEDULER]), blame=SCHEDULER)
+        self.step_done(SCHEDULER)
+
+    def wait_for_nodes(self) -> None:
+        nodes = len(self.node_names)
+        self.progress(f"waiting for {nodes} node{'s' if nodes != 1 else ''} to be Ready (kwok)")
+        self.wait("the kwok nodes to be Ready and untainted",
+                  lambda: DevCluster._nodes_ready(self.api, self.node_names), blame=KWOK)
+        self.step_done("nodes ready")
+
+    def record_ready(self) -> None:
+        """state.json says the cluster is ready, with its version and how long each step took."""
+        status, version = self.api.request("GET", "/version")
+        git_version = version.get("gitVersion", "") if isinstance(version, dict) else ""
+        self.state.update(
+            ready=True,
+            nodes=self.node_names,
+            version=git_version,
+            startup_seconds=round(time.monotonic() - self.started, 3),
+            timings={k: round(v, 3) for k, v in self.timings.items()},
+        )
+        self.cluster._write_state(self.state)

@@ -25,12 +25,12 @@ from dataclasses import dataclass
 import kopf
 from pydantic import ValidationError
 
+from mountwarden.adapters.peering import ActiveReplica
 from mountwarden.adapters.webhookconfig import (
     PROFILE_WEBHOOK,
     PVC_WEBHOOK,
     REPORT_WEBHOOK,
     ActivePodLabel,
-    ActiveReplica,
     WebhookRegistrar,
     cluster_server,
     excluded_namespaces,
@@ -42,7 +42,6 @@ from mountwarden.api.nodemountreport import PLURAL as REPORTS
 from mountwarden.api.storageprofile import PLURAL, StorageProfileSpec, desired_class
 from mountwarden.core.admission import (
     Claim,
-    ClassEntry,
     ClusterView,
     ProfileChange,
     ProfileEntry,
@@ -55,14 +54,12 @@ from mountwarden.core.admission import (
     service_account_username,
 )
 from mountwarden.core.policy import SpecProblem
-from mountwarden.core.storageclass import PROFILE_LABEL
+from mountwarden.core.storageclass import last_version
 from mountwarden.handlers.config import OperatorConfig, WebhookMode
+from mountwarden.handlers.indexes import DEFAULT, profile_entry
 
 PROFILE = (GROUP, VERSION, PLURAL)
 NODE_REPORTS = (GROUP, VERSION, REPORTS)
-STORAGE_CLASSES = ("storage.k8s.io", "v1", "storageclasses")
-#: The one key of the default_classes index.
-DEFAULT = "default"
 
 
 def resolve_mode(mode: WebhookMode, *, kubeconfig: str | None, environ: Mapping[str, str] = os.environ) -> WebhookMode:
@@ -73,7 +70,6 @@ def resolve_mode(mode: WebhookMode, *, kubeconfig: str | None, environ: Mapping[
     return WebhookMode.CLUSTER if in_cluster else WebhookMode.LOCAL
 
 
-#: Set by `mountwarden operator` from its flags of the same names; read at startup.
 #: Seconds between checks of whether this replica is the active one (each reads the peering object).
 ACTIVE_CHECK_SECONDS = 3.0
 
@@ -126,7 +122,6 @@ def keep_active_label(memo: kopf.Memo, label: ActivePodLabel, stop: threading.Ev
         logger.exception("could not remove the active label of this replica's pod")
 
 
-@kopf.on.startup()
 def serve_admission(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger, **_) -> None:
     """Give kopf its webhook server: one that registers itself (local), or one the chart points at (cluster)."""
     config: OperatorConfig = memo.config
@@ -171,73 +166,20 @@ def serve_admission(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
         memo.active_label_thread.start()
 
 
-@kopf.on.cleanup()
 def stop_active_label(memo: kopf.Memo, **_) -> None:
     if getattr(memo, "active_label_stop", None) is not None:
         memo.active_label_stop.set()
         memo.active_label_thread.join(timeout=15)
 
 
-# -- indexes ------------------------------------------------------------------------------------------
-# Each returns {} (never None) when an object stops qualifying: kopf keeps an object's
-# previous entries when its index function returns None.
+# -- keeping up with the indexes (mountwarden.handlers.indexes) ---------------------------------------
 
 
-def profile_entry(name: str, spec: StorageProfileSpec, status: Mapping) -> ProfileEntry:
-    consumers = spec.consumers
-    file_system_id = (spec.credit_watch.file_system_id if spec.credit_watch else None) or \
-        spec.backend.parameters.get("fileSystemId")
-    return ProfileEntry(
-        name=name,
-        provisioner=spec.backend.provisioner,
-        namespace_selector=consumers.namespace_selector.to_wire() if consumers.namespace_selector else None,
-        pvc_selector=consumers.pvc_selector.to_wire() if consumers.pvc_selector else None,
-        enforcement=str(spec.enforcement),
-        sqlite=str(spec.sqlite),
-        cache_policy=str(spec.cache_policy) if spec.cache_policy else None,
-        file_system_id=file_system_id,
-        throughput_mode=(status.get("credits") or {}).get("throughputMode"),
-        storage_class_name=status.get("storageClassName"),
-    )
-
-
-@kopf.index(*PROFILE)
-def profiles_by_name(name: str, spec: kopf.Spec, status: kopf.Status, **_) -> dict:
-    try:
-        parsed = StorageProfileSpec.model_validate(dict(spec))
-    except ValidationError:
-        return {}  # an invalid profile governs nothing until it is fixed
-    return {name: profile_entry(name, parsed, status)} if parsed.resolve().valid else {}
-
-
-@kopf.index(*STORAGE_CLASSES)
-def classes_by_name(name: str, body: kopf.Body, **_) -> dict:
-    return {name: ClassEntry.from_object(body)}
-
-
-@kopf.index(*STORAGE_CLASSES)
-def classes_by_profile(body: kopf.Body, labels: kopf.Labels, **_) -> dict:
-    return {labels[PROFILE_LABEL]: ClassEntry.from_object(body)} if PROFILE_LABEL in labels else {}
-
-
-@kopf.index(*STORAGE_CLASSES)
-def default_classes(body: kopf.Body, **_) -> dict:
-    entry = ClassEntry.from_object(body)
-    return {DEFAULT: entry} if entry.is_default else {}
-
-
-@kopf.index("v1", "namespaces")
-def namespace_labels(name: str, labels: kopf.Labels, **_) -> dict:
-    return {name: dict(labels)}
-
-
-@kopf.on.event("v1", "namespaces")
 def indexes_filled(memo: kopf.Memo, **_) -> None:
     """kopf calls event handlers only once every index has its initial listing: from then on, answers are whole."""
     memo.admission_ready.set()
 
 
-@kopf.on.event(*PROFILE)
 def enforce_deny_profiles(memo: kopf.Memo, profiles_by_name: kopf.Index, **_) -> None:
     """Keep one failurePolicy Fail webhook per deny profile (locally, or in the chart's enforce configuration)."""
     if memo.webhook_registrar is not None:
@@ -248,7 +190,6 @@ def enforce_deny_profiles(memo: kopf.Memo, profiles_by_name: kopf.Index, **_) ->
 # async: they run on kopf's event loop at once, never queued behind reconcilers in its thread pool.
 
 
-# volumes_by_class is the PV index that mountwarden.handlers.profiles registers.
 def _view(memo: kopf.Memo, profiles_by_name: kopf.Index, classes_by_name: kopf.Index, classes_by_profile: kopf.Index,
           default_classes: kopf.Index, namespace_labels: kopf.Index, volumes_by_class: kopf.Index) -> ClusterView:
     return ClusterView(
@@ -279,7 +220,6 @@ def _answer(review: Review, warnings: list[str]) -> None:
         raise kopf.AdmissionError(review.denial, code=403)
 
 
-@kopf.on.validate("v1", "persistentvolumeclaims", operations=["CREATE"], id=PVC_WEBHOOK)
 async def validate_pvc(body: kopf.Body, warnings: list[str], memo: kopf.Memo, logger,
                        profiles_by_name: kopf.Index, classes_by_name: kopf.Index, classes_by_profile: kopf.Index,
                        default_classes: kopf.Index, namespace_labels: kopf.Index, volumes_by_class: kopf.Index,
@@ -291,10 +231,6 @@ async def validate_pvc(body: kopf.Body, warnings: list[str], memo: kopf.Memo, lo
 
 def _schema_problems(error: ValidationError) -> list[SpecProblem]:
     return [SpecProblem(".".join(str(part) for part in ("spec", *item["loc"])), item["msg"]) for item in error.errors()]
-
-
-def _last_version(status: Mapping) -> int:
-    return max([int(status.get("version") or 0), *(int(h["version"]) for h in status.get("history") or [])])
 
 
 def profile_change(name: str, body: Mapping, *, updating: bool) -> ProfileChange:
@@ -311,12 +247,11 @@ def profile_change(name: str, body: Mapping, *, updating: bool) -> ProfileChange
         warnings=policy.warnings,
         desired=desired_class(spec, policy) if policy.valid else None,
         default=spec.default,
-        last_version=_last_version(status),
+        last_version=last_version(status),
         updating=updating,
     )
 
 
-@kopf.on.validate(*PROFILE, operations=["CREATE", "UPDATE"], id=PROFILE_WEBHOOK)
 async def validate_profile(name: str, body: kopf.Body, old: kopf.Body | None, operation: str, warnings: list[str],
                            memo: kopf.Memo, logger, profiles_by_name: kopf.Index, classes_by_name: kopf.Index,
                            classes_by_profile: kopf.Index, default_classes: kopf.Index, namespace_labels: kopf.Index,
@@ -332,7 +267,6 @@ async def validate_profile(name: str, body: kopf.Body, old: kopf.Body | None, op
             warnings)
 
 
-@kopf.on.validate(*NODE_REPORTS, operations=["CREATE", "UPDATE"], id=REPORT_WEBHOOK)
 async def validate_report(body: kopf.Body, userinfo: Mapping, warnings: list[str], memo: kopf.Memo, **_) -> None:
     """The agent writes only its own node's report. No index is read: this answer is whole from the start.
 
@@ -341,3 +275,19 @@ async def validate_report(body: kopf.Body, userinfo: Mapping, warnings: list[str
     """
     _answer(review_report_write(ReportWrite.from_request(body, userinfo), memo.admission_settings.agent_username),
             warnings)
+
+
+def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
+    """The webhooks and what keeps them whole: registered unless --webhook-mode off."""
+    if config.webhook_mode == WebhookMode.OFF:
+        return
+    kopf.on.startup(registry=registry)(serve_admission)
+    kopf.on.cleanup(registry=registry)(stop_active_label)
+    kopf.on.event("v1", "namespaces", registry=registry)(indexes_filled)
+    kopf.on.event(*PROFILE, registry=registry)(enforce_deny_profiles)
+    kopf.on.validate("v1", "persistentvolumeclaims", operations=["CREATE"], id=PVC_WEBHOOK,
+                     registry=registry)(validate_pvc)
+    kopf.on.validate(*PROFILE, operations=["CREATE", "UPDATE"], id=PROFILE_WEBHOOK, registry=registry)(
+        validate_profile)
+    kopf.on.validate(*NODE_REPORTS, operations=["CREATE", "UPDATE"], id=REPORT_WEBHOOK, registry=registry)(
+        validate_report)

@@ -1,4 +1,4 @@
-"""Operator settings that handlers read from kopf's memo."""
+"""Operator settings: the handlers are registered from them, and read them from kopf's memo (``memo.config``)."""
 
 from dataclasses import dataclass
 from enum import StrEnum
@@ -37,3 +37,13 @@ class OperatorConfig:
     enforce_configuration: str | None = None
     #: A label key this replica keeps on its own pod while it answers admission.
     active_label: str | None = None
+    #: Seconds between sweeps that delete superseded StorageClasses no volume holds any more.
+    collect_interval: float = 60.0
+    #: Seconds between EFS credit checks.
+    credit_interval: float = 300.0
+    #: Seconds between compliance checks of each profile.
+    compliance_interval: float = 30.0
+    #: Seconds between rollout ticks.
+    rollout_interval: float = 5.0
+    #: A report older than this proves nothing: the agent heartbeats every 5 minutes.
+    report_stale_after: float = 900.0

@@ -12,7 +12,6 @@ profile watching it, not only its own) from the reports' per-operation counters,
 and names the busiest in ``status.credits.consumers``.
 """
 
-import os
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -40,11 +39,10 @@ from mountwarden.core.credits.consumers import (
 )
 from mountwarden.core.credits.consumers import watched_file_system as profile_file_system
 from mountwarden.handlers import metrics
+from mountwarden.handlers.config import OperatorConfig
 from mountwarden.handlers.errors import retry_transient
 
 PROFILE = (GROUP, VERSION, PLURAL)
-#: Seconds between credit checks (read once, when the handlers are registered).
-CREDIT_INTERVAL_SECONDS = float(os.environ.get("MOUNTWARDEN_CREDIT_INTERVAL", "300"))
 MAX_BACKOFF = timedelta(hours=1)
 #: Problems of the account or the API, not of one file system: they back the whole fetch off.
 ACCOUNT_PROBLEMS = frozenset({
@@ -68,12 +66,6 @@ def watched_file_system(spec: dict) -> CreditWatchTarget | None:
         return None
     hours = (spec.get("creditWatch") or {}).get("windowHours")
     return CreditWatchTarget(*watched, timedelta(hours=hours) if hours else DEFAULT_HISTORY)
-
-
-@kopf.index(*PROFILE)
-async def credit_watch_targets(name: str, spec: kopf.Spec, **_) -> dict:
-    target = watched_file_system(dict(spec))
-    return {target.region: replace(target, profile=name)} if target else {}
 
 
 @dataclass
@@ -153,7 +145,7 @@ def _credits_status(target: CreditWatchTarget, result: CreditSeries | CreditWatc
 
 
 def consumers_on(file_system_id: str, targets: Iterable[CreditWatchTarget], reports_by_node: kopf.Index,
-                 pods_by_uid: kopf.Index, claims_by_volume: kopf.Index, profiles_by_class: kopf.Index,
+                 pods_by_uid: kopf.Index, claims_by_volume: kopf.Index, classes_by_name: kopf.Index,
                  ) -> ConsumerSummary:
     """The pod volumes of every profile watching ``file_system_id``, from the node reports, busiest first."""
     file_systems = {t.profile: t.file_system_id for t in targets if t.profile}
@@ -166,9 +158,13 @@ def consumers_on(file_system_id: str, targets: Iterable[CreditWatchTarget], repo
         claim = _first(claims_by_volume, volume)
         return claim.get("storageClass") if claim else None
 
-    owners = VolumeOwners(pod_of, storage_class_of, lambda sc: _first(profiles_by_class, sc), file_systems.get)
-    volumes = [volume for node, store in reports_by_node.items() for spec in store
-               for volume in reported_volumes(node, spec)]
+    def profile_of(storage_class: str) -> str | None:
+        entry = _first(classes_by_name, storage_class)
+        return entry.profile if entry else None
+
+    owners = VolumeOwners(pod_of, storage_class_of, profile_of, file_systems.get)
+    volumes = [volume for store in reports_by_node.values() for report in store
+               for volume in reported_volumes(report)]
     return summarize_consumers(volumes, owners, file_system_id)
 
 
@@ -186,12 +182,10 @@ def _first(index: kopf.Index, key):
     return next(iter(store), None) if store else None
 
 
-@kopf.timer(*PROFILE, interval=CREDIT_INTERVAL_SECONDS, initial_delay=1.0,
-            when=lambda spec, **_: watched_file_system(dict(spec)) is not None)
 @retry_transient
 def watch_credits(name: str, body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta,
                   patch: kopf.Patch, memo: kopf.Memo, credit_watch_targets: kopf.Index, reports_by_node: kopf.Index,
-                  pods_by_uid: kopf.Index, claims_by_volume: kopf.Index, profiles_by_class: kopf.Index,
+                  pods_by_uid: kopf.Index, claims_by_volume: kopf.Index, classes_by_name: kopf.Index,
                   **_) -> None:
     target = watched_file_system(dict(spec))
     if target is None:
@@ -201,7 +195,7 @@ def watch_credits(name: str, body: kopf.Body, spec: kopf.Spec, status: kopf.Stat
     targets = [t for store in credit_watch_targets.values() for t in store]
     result = memo.credit_fetcher.result(target, targets or [target], now)
     consumers = consumers_on(target.file_system_id, [*targets, target], reports_by_node, pods_by_uid,
-                             claims_by_volume, profiles_by_class)
+                             claims_by_volume, classes_by_name)
     credits, condition = _credits_status(target, result, now, consumers)
     previous = dict(status.get("credits") or {})
     previous_state = previous.get("state")
@@ -213,3 +207,8 @@ def watch_credits(name: str, body: kopf.Body, spec: kopf.Spec, status: kopf.Stat
         post(body, reason=f"Credits{credits['state']}", message=f"{target.file_system_id}: {credits['message']}")
     metrics.record_credits(name, credits)
     metrics.record_consumers(target.file_system_id, consumers)
+
+
+def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
+    kopf.timer(*PROFILE, interval=config.credit_interval, initial_delay=1.0, registry=registry,
+               when=lambda spec, **_: watched_file_system(dict(spec)) is not None)(watch_credits)

@@ -3,7 +3,6 @@
 Thin: read the profile, let the core decide, write the classes and the status.
 """
 
-import os
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
@@ -17,30 +16,15 @@ from mountwarden.core.storageclass import (
     PROFILE_LABEL,
     ClassPlan,
     ExistingClass,
+    last_version,
     plan_classes,
     plan_release,
     version_history,
 )
+from mountwarden.handlers.config import OperatorConfig
 from mountwarden.handlers.errors import retry_transient
 
 PROFILE = (GROUP, VERSION, PLURAL)
-#: How often superseded classes are swept (read once, when the handlers are registered).
-COLLECT_INTERVAL_SECONDS = float(os.environ.get("MOUNTWARDEN_COLLECT_INTERVAL", "60"))
-
-
-@kopf.index("persistentvolumes")
-async def volumes_by_class(name: str, spec: kopf.Spec, **_) -> dict:
-    storage_class = spec.get("storageClassName")
-    return {storage_class: name} if storage_class else {}
-
-
-@kopf.index("persistentvolumeclaims")
-async def unbound_claims_by_class(name: str, namespace: str, spec: kopf.Spec, status: kopf.Status, **_) -> dict:
-    """Claims still waiting for a volume keep their class alive too: deleting it would strand them."""
-    storage_class = spec.get("storageClassName")
-    if not storage_class or status.get("phase") == "Bound":
-        return {}  # {} clears the object's entries; None would keep them
-    return {storage_class: f"{namespace}/{name}"}
 
 
 def _holders(class_name: str, volumes: kopf.Index, claims: kopf.Index) -> list[str]:
@@ -84,9 +68,6 @@ def _refuse(name: str, body: kopf.Body, memo: kopf.Memo, generation: int | None,
     kopf.warn(body, reason="InvalidSpec", message=message)
 
 
-@kopf.on.resume(*PROFILE)
-@kopf.on.create(*PROFILE)
-@kopf.on.update(*PROFILE)
 @retry_transient
 def reconcile_profile(
     name: str, body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta, patch: kopf.Patch,
@@ -108,8 +89,7 @@ def reconcile_profile(
     desired = desired_class(profile, policy)
     classes: StorageClasses = memo.storage_classes
     existing = _lineage(classes, name, volumes_by_class, unbound_claims_by_class)
-    last_version = max([int(status.get("version") or 0), *(int(h["version"]) for h in status.get("history") or [])])
-    plan = plan_classes(name, desired, existing, make_default=profile.default, last_version=last_version)
+    plan = plan_classes(name, desired, existing, make_default=profile.default, last_version=last_version(status))
     _apply(classes, plan)
     if plan.create is not None:
         kopf.info(body, reason="VersionCreated",
@@ -134,7 +114,6 @@ def reconcile_profile(
     })
 
 
-@kopf.on.delete(*PROFILE)
 @retry_transient
 def release_profile(
     name: str, memo: kopf.Memo, volumes_by_class: kopf.Index, unbound_claims_by_class: kopf.Index, logger, **_
@@ -151,7 +130,6 @@ def _history_holders_changed(history: Iterable[dict], volumes: kopf.Index, claim
     return any(record.get("heldBy", []) != _holders(record["storageClassName"], volumes, claims) for record in history)
 
 
-@kopf.timer(*PROFILE, interval=COLLECT_INTERVAL_SECONDS, initial_delay=COLLECT_INTERVAL_SECONDS)
 @retry_transient
 def collect_unused_versions(
     name: str, status: kopf.Status, patch: kopf.Patch, memo: kopf.Memo,
@@ -178,3 +156,11 @@ def collect_unused_versions(
         for record in history
         if record["storageClassName"] in by_name
     ]
+
+
+def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
+    for on in (kopf.on.resume, kopf.on.create, kopf.on.update):
+        on(*PROFILE, registry=registry)(reconcile_profile)
+    kopf.on.delete(*PROFILE, registry=registry)(release_profile)
+    kopf.timer(*PROFILE, interval=config.collect_interval, initial_delay=config.collect_interval,
+               registry=registry)(collect_unused_versions)

@@ -5,7 +5,6 @@ the next actions, performs them and writes status.rollout. No progress lives in
 memory, so an operator restarted at any point carries on from the cluster.
 """
 
-import os
 from datetime import UTC, datetime
 
 import kopf
@@ -23,11 +22,10 @@ from mountwarden.core.rollout import (
     build_plan,
     needs_world,
 )
+from mountwarden.handlers.config import OperatorConfig
 from mountwarden.handlers.errors import retry_transient
 
 PROFILE = (GROUP, VERSION, PLURAL)
-#: Seconds between rollout ticks (read once, when the handlers are registered).
-ROLLOUT_INTERVAL_SECONDS = float(os.environ.get("MOUNTWARDEN_ROLLOUT_INTERVAL", "5"))
 
 
 def _target(name: str, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta) -> Target | None:
@@ -49,7 +47,6 @@ def _target(name: str, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta) ->
     return Target(name, current, lineage, policy, (meta.get("annotations") or {}).get(APPROVE_ANNOTATION))
 
 
-@kopf.timer(*PROFILE, interval=ROLLOUT_INTERVAL_SECONDS)
 @retry_transient
 def roll_out(
     name: str, body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta, patch: kopf.Patch,
@@ -74,3 +71,7 @@ def roll_out(
     written = {key: value for key, value in step.status.items() if value is not None}
     if written != dict(previous or {}):
         patch.status["rollout"] = step.status
+
+
+def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
+    kopf.timer(*PROFILE, interval=config.rollout_interval, registry=registry)(roll_out)

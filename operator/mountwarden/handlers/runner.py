@@ -11,7 +11,7 @@ from mountwarden.adapters.kube import ProfileConditions, StorageClasses, api_cli
 from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.storageprofile import PLURAL
 from mountwarden.handlers import metrics
-from mountwarden.handlers.config import OperatorConfig, WebhookMode
+from mountwarden.handlers.config import OperatorConfig
 
 PREFIX = "mountwarden.io"
 
@@ -55,7 +55,6 @@ def wake_waiters_only_on_flips() -> None:
     toggle_set.wakes_only_on_flips = True
 
 
-@kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, **_) -> None:
     # Progress and the last-handled spec live in annotations: the status schema is
     # structural, so kopf's default status fields would be pruned.
@@ -70,7 +69,6 @@ def configure(settings: kopf.OperatorSettings, **_) -> None:
     settings.networking.request_timeout = 60
 
 
-@kopf.on.login()
 def login(memo: kopf.Memo, **kwargs) -> kopf.ConnectionInfo | None:
     """Log kopf in with the same credentials as the operator's own client.
 
@@ -95,21 +93,23 @@ def login(memo: kopf.Memo, **kwargs) -> kopf.ConnectionInfo | None:
     )
 
 
-def register_handlers(config: OperatorConfig) -> None:
-    """Import the handler modules; importing registers them with kopf."""
-    import mountwarden.handlers.credits  # noqa: F401
-    import mountwarden.handlers.profiles  # noqa: F401
-    import mountwarden.handlers.reports  # noqa: F401
-    import mountwarden.handlers.rollouts  # noqa: F401
-    if config.webhook_mode != WebhookMode.OFF:
-        import mountwarden.handlers.admission  # noqa: F401
+def register_handlers(config: OperatorConfig, registry: kopf.OperatorRegistry | None = None) -> kopf.OperatorRegistry:
+    """Every handler of the operator, registered with the intervals and modes of ``config``."""
+    from mountwarden.handlers import admission, credits, indexes, profiles, reports, rollouts
+
+    registry = registry if registry is not None else kopf.OperatorRegistry()
+    kopf.on.startup(registry=registry)(configure)
+    kopf.on.login(registry=registry)(login)
+    for module in (indexes, profiles, reports, rollouts, credits, admission):
+        module.register(registry, config)
+    return registry
 
 
 def run(config: OperatorConfig, *, standalone: bool = True, liveness_endpoint: str | None = None,
         peering_name: str | None = None, priority: int = 0) -> None:
-    register_handlers(config)
+    registry = register_handlers(config)
     wake_waiters_only_on_flips()
-    from mountwarden.handlers.credits import CREDIT_INTERVAL_SECONDS, CreditFetcher
+    from mountwarden.handlers.credits import CreditFetcher
 
     client = api_client(config.kubeconfig)
     memo = kopf.Memo(
@@ -118,10 +118,11 @@ def run(config: OperatorConfig, *, standalone: bool = True, liveness_endpoint: s
         storage_classes=StorageClasses(client),
         conditions=ProfileConditions(client, GROUP, VERSION, PLURAL),
         posted_findings=set(),
-        credit_fetcher=CreditFetcher(timedelta(seconds=CREDIT_INTERVAL_SECONDS)),
+        credit_fetcher=CreditFetcher(timedelta(seconds=config.credit_interval)),
     )
     metrics.serve(config.metrics_port)
     asyncio.run(kopf.operator(
+        registry=registry,
         clusterwide=True,
         standalone=standalone,
         peering_name=peering_name,

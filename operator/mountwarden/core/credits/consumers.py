@@ -23,7 +23,7 @@ since the mount was made (``ageSeconds``), not the rate now. Mounts that share a
 superblock on one node share one set of counters (the kernel keeps them per
 superblock), so they are counted once, as one consumer that names every pod.
 
-:func:`reported_volumes` is the one place this module reads a NodeMountReport.
+:func:`reported_volumes` takes them from the one reader of NodeMountReports (core/nodereport.py).
 """
 
 import math
@@ -35,6 +35,7 @@ from typing import Any
 
 from mountwarden.core.credits.bucket import READ_METERING_FACTOR, SMALL_REQUEST_BYTES
 from mountwarden.core.credits.metering import ELASTIC_DATA_MINIMUM_BYTES
+from mountwarden.core.nodereport import NodeReport, OperationCounters
 from mountwarden.core.presets import EFS_PROVISIONER
 
 #: NFS operations that carry file data (mountstats names, NFSv3 and NFSv4).
@@ -42,15 +43,6 @@ READ_OPERATIONS = frozenset({"READ", "READ_PLUS"})
 WRITE_OPERATIONS = frozenset({"WRITE"})
 #: Consumers named in a profile's status and in the metrics, busiest first.
 TOP_CONSUMERS = 5
-
-
-@dataclass(frozen=True)
-class OperationCounters:
-    """One NFS operation's totals since the mount was made; a byte counter is None when not reported."""
-
-    ops: int
-    bytes_sent: int | None = None
-    bytes_received: int | None = None
 
 
 @dataclass(frozen=True)
@@ -66,32 +58,10 @@ class ReportedVolume:
     scan_time: datetime | None = None
 
 
-def reported_volumes(node: str, spec: Mapping[str, Any]) -> list[ReportedVolume]:
-    """The pod volumes of one NodeMountReport's spec (its wire form, camelCase); unreadable entries are skipped."""
-    scan_time = _timestamp(spec.get("scanTime"))
-    found = []
-    for volume in spec.get("volumes") or ():
-        if not isinstance(volume, Mapping) or not volume.get("volumeName"):
-            continue
-        operations = {}
-        for name, totals in (volume.get("operations") or {}).items():
-            ops = _count(totals.get("ops")) if isinstance(totals, Mapping) else None
-            if ops is not None:
-                operations[str(name)] = OperationCounters(
-                    ops, _count(totals.get("bytesSent")), _count(totals.get("bytesReceived"))
-                )
-        found.append(
-            ReportedVolume(
-                node=node,
-                pod_uid=volume.get("podUid"),
-                volume_name=str(volume["volumeName"]),
-                superblock=str(volume.get("superblock") or volume.get("mountPoint") or volume["volumeName"]),
-                age_seconds=_count(volume.get("ageSeconds")),
-                operations=operations,
-                scan_time=scan_time,
-            )
-        )
-    return found
+def reported_volumes(report: NodeReport) -> list[ReportedVolume]:
+    """The pod volumes of one node's report, with what metering needs."""
+    return [ReportedVolume(report.node, mount.pod_uid, mount.volume_name, mount.superblock, mount.age_seconds,
+                           mount.operations, report.scan_time) for mount in report.mounts]
 
 
 @dataclass(frozen=True)
@@ -331,14 +301,3 @@ def _rate(total: float, seconds: float | None) -> float | None:
     return rate if math.isfinite(rate) else None
 
 
-def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
-def _timestamp(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None

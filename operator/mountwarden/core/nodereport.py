@@ -1,0 +1,128 @@
+"""A NodeMountReport as the operator reads it: the one reader, for compliance, Events and rollouts alike.
+
+Reports are keyed by the object's name. The report is named after its node, and
+the admission webhook lets an agent write only the report named after the node
+its token is bound to (and only with that spec.nodeName), so the name is the one
+key that is both unique and checked.
+"""
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+class UnreadableReport(ValueError):
+    """The report lacks a field the operator needs (the CRD schema requires them: a report written by hand)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OperationCounters:
+    """One NFS operation's totals since the mount was made; a byte counter is None when not reported."""
+
+    ops: int
+    bytes_sent: int | None = None
+    bytes_received: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReportedMount:
+    """One pod volume (or CSI staging mount) of a report: what the checks of compliance and rollouts read."""
+
+    pod_uid: str | None
+    volume_name: str
+    mount_point: str
+    superblock: str
+    effective_options: tuple[str, ...]
+    shared_with: tuple[str, ...] = ()
+    server: str | None = None
+    connections: int | None = None
+    server_mounts: int = 1
+    #: Seconds since the mount was made, for rates of the counters below (who drains a file system).
+    age_seconds: int | None = None
+    operations: Mapping[str, OperationCounters] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SqliteUse:
+    """A SQLite finding of a report, as far as the operator needs it."""
+
+    pod_uid: str | None
+    volume_name: str | None
+    severity: str
+    mode: str
+    path: str | None
+    message: str
+
+
+def _count(value: Any) -> int | None:
+    """A counter as reported; anything else (a negative or wrapped value, a string) counts as not reported."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _operations(reported: Any) -> dict[str, OperationCounters]:
+    operations = {}
+    for name, totals in (reported or {}).items() if isinstance(reported, Mapping) else ():
+        ops = _count(totals.get("ops")) if isinstance(totals, Mapping) else None
+        if ops is not None:
+            operations[str(name)] = OperationCounters(ops, _count(totals.get("bytesSent")),
+                                                      _count(totals.get("bytesReceived")))
+    return operations
+
+
+def _time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    node: str
+    scan_time: datetime
+    mounts: tuple[ReportedMount, ...]
+    sqlite: tuple[SqliteUse, ...] = ()
+    _by_pod_volume: dict[tuple[str | None, str], ReportedMount] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_pod_volume", {(m.pod_uid, m.volume_name): m for m in self.mounts})
+
+    @staticmethod
+    def from_object(obj: Mapping) -> "NodeReport":
+        return NodeReport.from_spec(obj["metadata"]["name"], obj.get("spec") or {})
+
+    @staticmethod
+    def from_spec(name: str, spec: Mapping) -> "NodeReport":
+        """Read the report ``name``; UnreadableReport when a required field is missing or malformed."""
+        try:
+            mounts = tuple(
+                ReportedMount(
+                    pod_uid=m.get("podUid"),
+                    volume_name=m["volumeName"],
+                    mount_point=m["mountPoint"],
+                    superblock=m["superblock"],
+                    effective_options=tuple(m["effectiveOptions"]),
+                    shared_with=tuple(m.get("sharedWith") or ()),
+                    server=m.get("server"),
+                    connections=m.get("connections"),
+                    server_mounts=int(m.get("serverMounts", 1)),
+                    age_seconds=_count(m.get("ageSeconds")),
+                    operations=_operations(m.get("operations")),
+                )
+                for m in spec.get("volumes") or []
+            )
+            sqlite = tuple(
+                SqliteUse(f.get("podUid"), f.get("volumeName"), f.get("severity", "warning"),
+                          f.get("mode", "unknown"), f.get("path"), f.get("message", ""))
+                for f in spec.get("sqlite") or []
+            )
+            scan_time = _time(spec["scanTime"])
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise UnreadableReport(f"NodeMountReport {name}: {error!r}") from error
+        return NodeReport(node=name, scan_time=scan_time, mounts=mounts, sqlite=sqlite)
+
+    def mount_of(self, pod_uid: str, names: Iterable[str]) -> ReportedMount | None:
+        """The pod's mount of a volume known by any of ``names`` (the PV name, the pod's name for it)."""
+        return next((self._by_pod_volume[(pod_uid, name)] for name in names
+                     if (pod_uid, name) in self._by_pod_volume), None)
+
+    def at(self, mount_point: str) -> ReportedMount | None:
+        return next((m for m in self.mounts if m.mount_point == mount_point), None)

@@ -1,0 +1,78 @@
+"""What a rollout tick asks the cluster to do, and the Events it posts: plain values the handler performs."""
+
+from dataclasses import dataclass
+
+from mountwarden.core.rollout.world import (
+    APPLIED_VERSION_ANNOTATION,
+    PREVIOUS_OPTIONS_ANNOTATION,
+    RESTARTED_AT_ANNOTATION,
+    RESTARTED_FOR_ANNOTATION,
+    WorkloadRef,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PatchVolume:
+    """Set a PV's mountOptions in one patch, together with the record of what it had before."""
+
+    name: str
+    mount_options: tuple[str, ...]
+    previous_options: tuple[str, ...]
+    applied_version: str
+
+    def body(self) -> dict:
+        return {
+            "metadata": {"annotations": {
+                APPLIED_VERSION_ANNOTATION: self.applied_version,
+                PREVIOUS_OPTIONS_ANNOTATION: ",".join(self.previous_options),
+            }},
+            "spec": {"mountOptions": list(self.mount_options)},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RestartWorkload:
+    """`kubectl rollout restart`, with the target recorded in the template so it happens once."""
+
+    ref: WorkloadRef
+    resource_version: str
+    storage_class: str
+    at: str
+
+    def body(self) -> dict:
+        # resourceVersion: refused (409) if the workload changed since it was read, so a restart is never
+        # decided on a stale view of the template.
+        return {
+            "metadata": {"resourceVersion": self.resource_version},
+            "spec": {"template": {"metadata": {"annotations": {
+                RESTARTED_FOR_ANNOTATION: self.storage_class,
+                RESTARTED_AT_ANNOTATION: self.at,
+            }}}},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RemountPod:
+    """Delete one replica (by UID) so that its controller recreates it and it mounts afresh."""
+
+    namespace: str
+    name: str
+    uid: str
+
+
+Action = PatchVolume | RestartWorkload | RemountPod
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    warning: bool
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Step:
+    actions: tuple[Action, ...]
+    #: status.rollout, every key present (None clears it: status is written as a merge patch).
+    status: dict
+    events: tuple[Event, ...] = ()

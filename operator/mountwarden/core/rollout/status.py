@@ -1,0 +1,134 @@
+"""status.rollout, written: the phase's message, the workloads still on older versions, the Events of a change.
+
+Also the other way round: ``needs_world`` reads the last status to tell whether
+a tick must read the cluster at all.
+"""
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+
+from mountwarden.core.rollout.actions import Action, Event, RemountPod, RestartWorkload
+from mountwarden.core.rollout.machine import IN_FLIGHT, Phase, Progress, State
+from mountwarden.core.rollout.plan import Consumer, Plan
+from mountwarden.core.rollout.verify import Check, check_pods
+from mountwarden.core.rollout.world import APPROVE_ANNOTATION, Target, timestamp
+
+MIGRATION_GUIDANCE = (
+    "Volumes that exist keep their options; new PVCs get {target}. To move a consumer: create a PVC of class "
+    "{target}, stop the writers, copy the data, point the workload at the new claim, then delete the old claim. "
+    "Copy SQLite databases with `sqlite3 db '.backup new.db'` or `VACUUM INTO 'new.db'`, never with cp of a live "
+    "file."
+)
+
+
+def on_older_version(consumer: Consumer, plan: Plan) -> bool:
+    """A Job's or bare pod's replica still mounts older options (mountwarden never restarts them)."""
+    if not plan.target.restarts_workloads:
+        return True
+    return any(c.check != Check.OK for c in check_pods(consumer.pods, plan.target, plan.world))
+
+
+def consumer_record(consumer: Consumer, plan: Plan) -> dict:
+    storage_classes = sorted({change.volume.storage_class for change in plan.volumes
+                              if change.volume.name in consumer.volumes})
+    return {
+        "kind": consumer.ref.kind, "namespace": consumer.ref.namespace, "name": consumer.ref.name,
+        "volumes": list(consumer.volumes), "storageClassNames": storage_classes,
+        "note": consumer.note(plan.target),
+    }
+
+
+def phase_message(plan: Plan, phase: Phase, progress: Sequence[Progress]) -> str:
+    target = plan.target
+    total = len(progress)
+    done = sum(line.state == State.DONE for line in progress)
+    if phase == Phase.AWAITING_APPROVAL:
+        patches = sum(change.needs_patch for change in plan.volumes)
+        return (f"{patches} volumes to patch and {total} workloads to restart: approve with `kubectl annotate "
+                f"storageprofile {target.profile} {APPROVE_ANNOTATION}={target.version.version}`")
+    if phase == Phase.PAUSED:
+        blocked = next(line for line in progress if line.state == State.BLOCKED)
+        return f"paused at {blocked.consumer.ref}: {blocked.reason}: {blocked.message}"
+    if phase == Phase.PROGRESSING:
+        current = [str(line.consumer.ref) for line in progress if line.state in IN_FLIGHT]
+        return f"{done} of {total} workloads done; in progress: {', '.join(current) or 'none'}"
+    if phase == Phase.WAITING:
+        waiting = [str(line.consumer.ref) for line in progress if line.state == State.WAITING]
+        return (f"{done} of {total} workloads done; {', '.join(waiting)} at zero replicas: a deliberate scale-up "
+                "is needed before they can be verified")
+    return f"{done} workloads restarted and verified with the options of {target.version.storage_class}"
+
+
+def rollout_status(plan: Plan, previous: Mapping | None, phase: Phase, message: str, now: datetime) -> dict:
+    target = plan.target
+    previous = previous or {}
+    same_target = previous.get("targetStorageClassName") == target.version.storage_class
+    if same_target:
+        supersedes = previous.get("supersedes")
+    elif previous and previous.get("phase") != Phase.COMPLETE:
+        supersedes = previous.get("targetStorageClassName")
+    else:
+        supersedes = None
+    from_versions = set(plan.from_versions) | set(previous.get("fromVersions") or [] if same_target else [])
+    started = previous.get("startedAt") if same_target else None
+    completed = previous.get("completedAt") if same_target else None
+    return {
+        "phase": str(phase),
+        "strategy": target.policy.strategy,
+        "targetVersion": target.version.version,
+        "targetStorageClassName": target.version.storage_class,
+        "fromVersions": sorted(from_versions),
+        "message": message,
+        "supersedes": supersedes,
+        "startedAt": started or timestamp(now),
+        "completedAt": (completed or timestamp(now)) if phase == Phase.COMPLETE else None,
+        "volumes": plan.covered_volumes,
+    }
+
+
+def events_of(previous: Mapping | None, status: Mapping, actions: Sequence[Action]) -> list[Event]:
+    previous = previous or {}
+    same_target = previous.get("targetStorageClassName") == status["targetStorageClassName"]
+    events = []
+    if status["supersedes"] and not same_target:
+        events.append(Event(False, "RolloutSuperseded",
+                            f"the rollout to {status['supersedes']} is superseded by {status['targetStorageClassName']}"))
+    for action in actions:
+        if isinstance(action, RestartWorkload):
+            events.append(Event(False, "RestartingWorkload", f"restarting {action.ref} for {action.storage_class}"))
+        elif isinstance(action, RemountPod):
+            events.append(Event(False, "RemountingPod",
+                                f"deleting pod {action.namespace}/{action.name} so that it mounts afresh"))
+    blocked_before = {
+        (w["kind"], w["namespace"], w["name"], w.get("reason"))
+        for w in (previous.get("workloads") or [] if same_target else []) if w.get("state") == State.BLOCKED
+    }
+    for line in status["workloads"]:
+        key = (line["kind"], line["namespace"], line["name"], line["reason"])
+        if line["state"] == State.BLOCKED and key not in blocked_before:
+            events.append(Event(True, line["reason"],
+                                f"{line['kind']}/{line['namespace']}/{line['name']}: {line['message']}"))
+    if status["phase"] != previous.get("phase") or not same_target:
+        events.append(Event(False, f"Rollout{status['phase']}", status["message"]))
+    return events
+
+
+def needs_world(previous: Mapping | None, target: Target, lineage_volumes: Iterable[str],
+                older_volumes: Iterable[str]) -> bool:
+    """Whether this tick must read the cluster, judged from the status and an index of PVs by class.
+
+    A finished (or unapproved) plan is left alone until its volumes change; an
+    active one is driven every tick.
+    """
+    covered = set(lineage_volumes if target.patches_volumes else older_volumes)
+    if not previous:
+        return bool(set(older_volumes))
+    if (previous.get("targetStorageClassName") != target.version.storage_class
+            or previous.get("strategy") != target.policy.strategy):
+        return True
+    phase = previous.get("phase")
+    if phase in (Phase.COMPLETE, Phase.AWAITING_MIGRATION):
+        return covered != set(previous.get("volumes") or [])
+    if phase == Phase.AWAITING_APPROVAL:
+        return target.approved or covered != set(previous.get("volumes") or [])
+    return True

@@ -1,0 +1,199 @@
+"""Every kopf index of the operator, in one place: what each holds, keyed by what, and who reads it.
+
+kopf hands an index to a handler by the index's name, as a keyword argument: a
+handler that declares ``volumes_by_class: kopf.Index`` gets the one below. Every
+handler and the admission webhook answer from these, never from an API call on
+their path.
+
+Each function returns ``{}`` (never None) when an object stops qualifying: kopf
+keeps an object's previous entries when its index function returns None.
+
+| index | key -> value | read by |
+|---|---|---|
+| contracts | profile -> its resolved Contract | reports (compliance, Events) |
+| profiles_by_name | profile -> ProfileEntry | admission |
+| rollouts_under_way | profile -> rollout phase, while not Complete | reports (Events) |
+| credit_watch_targets | region -> CreditWatchTarget (with its profile) | credits |
+| classes_by_name | class -> ClassEntry (with its profile) | admission, reports (Events), credits |
+| classes_by_profile | profile -> ClassEntry of each class of its lineage | admission, reports (compliance) |
+| default_classes | "default" -> ClassEntry of each default class | admission |
+| volumes_by_class | class -> PV name | profiles, rollouts, admission, reports (compliance) |
+| claims_by_volume | PV -> its claim and class | reports, credits |
+| unbound_claims_by_class | class -> namespace/name of each unbound claim | profiles |
+| pods_by_claim | (namespace, claim) -> pod | reports (compliance) |
+| pods_by_uid | pod UID -> its name and namespace | reports (Events), credits |
+| namespace_labels | namespace -> its labels | admission |
+| reports_by_node | node -> its NodeReport | reports, credits |
+"""
+
+from dataclasses import replace
+
+import kopf
+from pydantic import ValidationError
+
+from mountwarden.api.base import GROUP, VERSION
+from mountwarden.api.nodemountreport import PLURAL as REPORTS
+from mountwarden.api.storageprofile import PLURAL as PROFILES
+from mountwarden.api.storageprofile import StorageProfileSpec
+from mountwarden.core.admission import ProfileEntry
+from mountwarden.core.compliance import Contract
+from mountwarden.core.nodereport import NodeReport, UnreadableReport
+from mountwarden.core.policy import ResolvedPolicy
+from mountwarden.core.storageclass import PROFILE_LABEL, ClassEntry
+from mountwarden.handlers.config import OperatorConfig, WebhookMode
+from mountwarden.handlers.credits import watched_file_system
+
+PROFILE = (GROUP, VERSION, PROFILES)
+STORAGE_CLASSES = ("storage.k8s.io", "v1", "storageclasses")
+#: The one key of the default_classes index.
+DEFAULT = "default"
+
+
+def one(index: kopf.Index, key):
+    """The entry under ``key`` of an index that holds one per key (by object name), or None."""
+    store = index.get(key)
+    return next(iter(store), None) if store else None
+
+
+# -- StorageProfiles ------------------------------------------------------------------------------
+
+
+def _valid(spec: kopf.Spec) -> tuple[StorageProfileSpec, ResolvedPolicy] | None:
+    """A profile and its resolved options; None when invalid: it governs nothing until it is fixed."""
+    try:
+        profile = StorageProfileSpec.model_validate(dict(spec))
+    except ValidationError:
+        return None
+    policy = profile.resolve()
+    return (profile, policy) if policy.valid else None
+
+
+async def contracts(name: str, spec: kopf.Spec, **_) -> dict:
+    """Each valid profile's resolved contract."""
+    valid = _valid(spec)
+    if valid is None:
+        return {}
+    profile, policy = valid
+    return {name: Contract(policy.options, tuple(profile.required_options), tuple(profile.forbidden_options),
+                           str(profile.sqlite))}
+
+
+def profile_entry(name: str, spec: StorageProfileSpec, status) -> ProfileEntry:
+    consumers = spec.consumers
+    file_system_id = (spec.credit_watch.file_system_id if spec.credit_watch else None) or \
+        spec.backend.parameters.get("fileSystemId")
+    return ProfileEntry(
+        name=name,
+        provisioner=spec.backend.provisioner,
+        namespace_selector=consumers.namespace_selector.to_wire() if consumers.namespace_selector else None,
+        pvc_selector=consumers.pvc_selector.to_wire() if consumers.pvc_selector else None,
+        enforcement=str(spec.enforcement),
+        sqlite=str(spec.sqlite),
+        cache_policy=str(spec.cache_policy) if spec.cache_policy else None,
+        file_system_id=file_system_id,
+        throughput_mode=(status.get("credits") or {}).get("throughputMode"),
+        storage_class_name=status.get("storageClassName"),
+    )
+
+
+def profiles_by_name(name: str, spec: kopf.Spec, status: kopf.Status, **_) -> dict:
+    """Each valid profile as admission needs it: its consumers, its rules, its current class."""
+    valid = _valid(spec)
+    return {name: profile_entry(name, valid[0], status)} if valid is not None else {}
+
+
+async def rollouts_under_way(name: str, status: kopf.Status, **_) -> dict:
+    """Profiles whose rollout is not complete: their consumers mix old and new options on purpose."""
+    phase = (status.get("rollout") or {}).get("phase")
+    return {name: phase} if phase and phase != "Complete" else {}
+
+
+async def credit_watch_targets(name: str, spec: kopf.Spec, **_) -> dict:
+    target = watched_file_system(dict(spec))
+    return {target.region: replace(target, profile=name)} if target else {}
+
+
+# -- StorageClasses -------------------------------------------------------------------------------
+
+
+def classes_by_name(name: str, body: kopf.Body, **_) -> dict:
+    return {name: ClassEntry.from_object(body)}
+
+
+def classes_by_profile(body: kopf.Body, labels: kopf.Labels, **_) -> dict:
+    """A profile's lineage: every class labelled with it, so that its volumes are found without a scan of PVs."""
+    return {labels[PROFILE_LABEL]: ClassEntry.from_object(body)} if PROFILE_LABEL in labels else {}
+
+
+def default_classes(body: kopf.Body, **_) -> dict:
+    entry = ClassEntry.from_object(body)
+    return {DEFAULT: entry} if entry.is_default else {}
+
+
+# -- PersistentVolumes and claims -----------------------------------------------------------------
+
+
+async def volumes_by_class(name: str, spec: kopf.Spec, **_) -> dict:
+    storage_class = spec.get("storageClassName")
+    return {storage_class: name} if storage_class else {}
+
+
+async def claims_by_volume(name: str, spec: kopf.Spec, **_) -> dict:
+    claim = spec.get("claimRef") or {}
+    if not claim.get("name"):
+        return {}
+    return {name: {"claim": (claim.get("namespace"), claim["name"]), "storageClass": spec.get("storageClassName")}}
+
+
+async def unbound_claims_by_class(name: str, namespace: str, spec: kopf.Spec, status: kopf.Status, **_) -> dict:
+    """Claims still waiting for a volume keep their class alive too: deleting it would strand them."""
+    storage_class = spec.get("storageClassName")
+    if not storage_class or status.get("phase") == "Bound":
+        return {}
+    return {storage_class: f"{namespace}/{name}"}
+
+
+# -- pods, namespaces, node reports ---------------------------------------------------------------
+
+
+async def pods_by_claim(name: str, namespace: str, uid: str, spec: kopf.Spec, **_) -> dict:
+    claims = {(namespace, volume["persistentVolumeClaim"]["claimName"])
+              for volume in spec.get("volumes") or [] if volume.get("persistentVolumeClaim")}
+    if not claims:
+        return {}
+    pod = {"uid": uid, "name": name, "namespace": namespace, "node": spec.get("nodeName")}
+    return {claim: pod for claim in claims}
+
+
+async def pods_by_uid(name: str, namespace: str, uid: str, **_) -> dict:
+    return {uid: {"name": name, "namespace": namespace}}
+
+
+def namespace_labels(name: str, labels: kopf.Labels, **_) -> dict:
+    return {name: dict(labels)}
+
+
+async def reports_by_node(name: str, spec: kopf.Spec, **_) -> dict:
+    """Each node's report, read once when it changes (one that cannot be read counts as missing)."""
+    try:
+        return {name: NodeReport.from_spec(name, spec)}
+    except UnreadableReport:
+        return {}
+
+
+def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
+    """Register the indexes; those only admission reads, only when it is served."""
+    for function in (contracts, rollouts_under_way, credit_watch_targets):
+        kopf.index(*PROFILE, registry=registry)(function)
+    for function in (classes_by_name, classes_by_profile):
+        kopf.index(*STORAGE_CLASSES, registry=registry)(function)
+    for function in (volumes_by_class, claims_by_volume):
+        kopf.index("persistentvolumes", registry=registry)(function)
+    kopf.index("persistentvolumeclaims", registry=registry)(unbound_claims_by_class)
+    for function in (pods_by_claim, pods_by_uid):
+        kopf.index("pods", registry=registry)(function)
+    kopf.index(GROUP, VERSION, REPORTS, registry=registry)(reports_by_node)
+    if config.webhook_mode != WebhookMode.OFF:
+        kopf.index(*PROFILE, registry=registry)(profiles_by_name)
+        kopf.index(*STORAGE_CLASSES, registry=registry)(default_classes)
+        kopf.index("v1", "namespaces", registry=registry)(namespace_labels)
