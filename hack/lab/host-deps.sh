@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the kernel lab needs on the host, if any is missing:
-# QEMU (TCG or KVM), debootstrap, cpio and zstd to build the image, and apt's lists so that
+# QEMU (TCG or KVM), debootstrap, cpio and zstd to build the image, socat for the real node's
+# network forward, and apt's lists so that
 # the kernel package can be found. Needs root when something is missing.
 set -euo pipefail
 packages=()
@@ -8,6 +9,8 @@ command -v qemu-system-x86_64 >/dev/null || packages+=(qemu-system-x86)
 command -v debootstrap >/dev/null || packages+=(debootstrap)
 command -v cpio >/dev/null || packages+=(cpio)
 command -v zstd >/dev/null || packages+=(zstd)
+# The real node's one network forward (QEMU starts a socat per connection to the API server).
+command -v socat >/dev/null || packages+=(socat)
 # SeaBIOS comes with qemu-system-x86 through a recommends on some releases: ask for it by file.
 [ -e /usr/share/seabios/bios-256k.bin ] || packages+=(seabios)
 lists_stale=0

@@ -69,11 +69,19 @@ def up(
     timeout: Annotated[
         float, typer.Option("--timeout", help="Seconds to wait for the cluster to be usable.")
     ] = 180.0,
+    real_node: Annotated[
+        bool, typer.Option("--real-node", help=(
+            "Also start lab-node-0: the kernel lab VM (QEMU, a Debian kernel with a real NFS client and server) "
+            "running containerd, runc and a kubelet built from the same source, whose pods mount real NFS. "
+            "Minutes to build the first time (hack/nodebin, the lab's node image); needs root to build."))
+    ] = False,
     json_output: JsonOption = False,
 ) -> None:
     """Start the control plane and wait until it is usable; the processes keep running detached.
 
     Usable: the API server is ready, the default ServiceAccount exists and every node is Ready.
+    With --real-node, the real node lab-node-0 has joined and is Ready too; a node that does not
+    join fails the command with its kubelet's last log lines.
     On failure, prints the tail of the failing component's log and stops whatever had started.
     Exit code 1 when it cannot start, or when a cluster already runs in --state-dir.
     """
@@ -96,7 +104,7 @@ def up(
             on_build_output=build_output,
         )
         try:
-            info = cluster.up(nodes=nodes, timeout=timeout)
+            info = cluster.up(nodes=nodes, timeout=timeout, real_node=real_node)
         except AlreadyRunningError as e:
             status.stop()
             fail(escape(e.message), code=1)
@@ -119,7 +127,8 @@ def up(
     console.print(
         f"[bold green]Dev cluster ready[/] in {info.startup_seconds:.1f}s: Kubernetes "
         f"{escape(info.version or 'unknown')}, API server {escape(info.api_server)}, "
-        f"{len(info.nodes)} node{'s' if len(info.nodes) != 1 else ''} ({escape(', '.join(info.nodes))}).",
+        f"{len(info.nodes)} node{'s' if len(info.nodes) != 1 else ''} ({escape(', '.join(info.nodes))})"
+        + (f" and the real node {info.real_node} (joined in {info.real_node_seconds:.0f}s)." if info.real_node else "."),
         highlight=False,
         soft_wrap=True,
     )

@@ -17,6 +17,10 @@ from pathlib import Path
 
 ENV_VAR = "MOUNTWARDEN_TESTBIN_DIR"
 BUILD_SCRIPT = Path("hack/testbin/build.sh")
+#: The real node's kubelet and pause binary (hack/nodebin), built apart from the control plane.
+NODE_ENV_VAR = "MOUNTWARDEN_NODEBIN_DIR"
+NODE_BUILD_SCRIPT = Path("hack/nodebin/build.sh")
+NODE_NAMES = ("kubelet", "pause")
 
 #: Every binary the dev cluster and the tests use, by file name.
 NAMES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok", "helm")
@@ -87,13 +91,13 @@ class Binaries:
         )
 
 
-def find_build_script(starts: list[Path] | None = None) -> Path | None:
-    """Find hack/testbin/build.sh by walking up from this package and from the current directory."""
+def find_build_script(starts: list[Path] | None = None, script: Path = BUILD_SCRIPT) -> Path | None:
+    """Find hack/testbin/build.sh (or ``script``) by walking up from this package and from the current directory."""
     if starts is None:
         starts = [Path(__file__).resolve().parent, Path.cwd().resolve()]
     for start in starts:
         for directory in (start, *start.parents):
-            candidate = directory / BUILD_SCRIPT
+            candidate = directory / script
             if candidate.is_file():
                 return candidate
     return None
@@ -141,3 +145,20 @@ def resolve(explicit: str | Path | None = None, on_output: Callable[[str], None]
             f"mountwarden, whose {BUILD_SCRIPT} builds them"
         )
     return Binaries(build(script, on_output).resolve()).check(str(script))
+
+
+def resolve_node_binaries(on_output: Callable[[str], None] | None = None) -> Path:
+    """The real node's binaries: $MOUNTWARDEN_NODEBIN_DIR, else hack/nodebin/build.sh (about 10 minutes cold)."""
+    from_env = os.environ.get(NODE_ENV_VAR)
+    if from_env:
+        directory = Path(from_env).expanduser().resolve()
+    else:
+        script = find_build_script(script=NODE_BUILD_SCRIPT)
+        if script is None:
+            raise BinariesError(f"cannot find the real node's kubelet: set {NODE_ENV_VAR}=DIR (holding "
+                                f"{', '.join(NODE_NAMES)}), or run from a checkout, whose {NODE_BUILD_SCRIPT} builds it")
+        directory = build(script, on_output).resolve()
+    missing = [name for name in NODE_NAMES if not os.access(directory / name, os.X_OK)]
+    if missing:
+        raise BinariesError(f"{directory} lacks {', '.join(missing)}: rebuild with {NODE_BUILD_SCRIPT}")
+    return directory

@@ -28,19 +28,24 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mountwarden.devcluster import pki as pki_
 from mountwarden.devcluster import processes
-from mountwarden.devcluster.binaries import Binaries, resolve
+from mountwarden.devcluster.binaries import Binaries, BinariesError, resolve, resolve_node_binaries
 from mountwarden.devcluster.kubectl import run_kubectl
 from mountwarden.devcluster.kwok_stages import STAGES
+
+if TYPE_CHECKING:
+    from mountwarden.lab.node import RealNode
 
 ETCD = "etcd"
 APISERVER = "kube-apiserver"
 CONTROLLER_MANAGER = "kube-controller-manager"
 SCHEDULER = "kube-scheduler"
 KWOK = "kwok"
+#: The real node's QEMU, when `up --real-node` started one (named after its Node).
+REAL_NODE = "lab-node-0"
 #: Start order; `down` stops them all at once.
 COMPONENTS = (ETCD, APISERVER, CONTROLLER_MANAGER, SCHEDULER, KWOK)
 
@@ -96,6 +101,9 @@ class ClusterInfo:
     startup_seconds: float = 0.0
     #: Seconds from the start of `up` to the end of each step, in order.
     timings: dict[str, float] = field(default_factory=dict)
+    #: The real node (the kernel lab VM with a kubelet) when `up --real-node` started it, and its join time.
+    real_node: str | None = None
+    real_node_seconds: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -108,6 +116,8 @@ class ClusterInfo:
             "version": self.version,
             "startup_seconds": round(self.startup_seconds, 2),
             "timings": {step: round(t, 2) for step, t in self.timings.items()},
+            "real_node": self.real_node,
+            "real_node_seconds": self.real_node_seconds,
         }
 
 
@@ -299,7 +309,7 @@ class DevCluster:
     def _strays(self) -> list[int]:
         # Components not in state.json (a crash between start and record) still name the
         # state dir in their arguments: every one has a path under it.
-        return processes.processes_mentioning(str(self.state_dir) + os.sep, COMPONENTS)
+        return processes.processes_mentioning(str(self.state_dir) + os.sep, (*COMPONENTS, "qemu-system-x86_64"))
 
     def info(self) -> ClusterInfo | None:
         """The cluster recorded in the state dir by the last successful `up`, or None."""
@@ -316,6 +326,8 @@ class DevCluster:
             version=state.get("version", ""),
             startup_seconds=float(state.get("startup_seconds", 0.0)),
             timings=dict(state.get("timings", {})),
+            real_node=state.get("real_node"),
+            real_node_seconds=state.get("real_node_seconds"),
         )
 
     @contextlib.contextmanager
@@ -337,12 +349,13 @@ class DevCluster:
 
     # -- up ------------------------------------------------------------------------------
 
-    def up(self, nodes: int = 3, timeout: float = 180.0) -> ClusterInfo:
+    def up(self, nodes: int = 3, timeout: float = 180.0, *, real_node: bool = False) -> ClusterInfo:
         """Start the control plane and `nodes` simulated nodes; return once it is usable.
 
         Usable means: the API server answers /readyz, the `default` ServiceAccount exists
         in `default` (kube-controller-manager works), the scheduler is healthy, and every
-        node is Ready and untainted (kwok works). On any failure, including Ctrl-C,
+        node is Ready and untainted (kwok works). With `real_node`, the kernel lab VM then joins as
+        node lab-node-0 with containerd and a real kubelet (see add_real_node). On any failure, including Ctrl-C,
         everything already started is stopped, and the error carries the tail of the
         failing component's log.
         """
@@ -361,7 +374,12 @@ class DevCluster:
             self._refuse_if_running()  # again, under the lock
             started = time.monotonic()
             try:
-                return self._up(binaries, nodes, started, started + timeout)
+                info = self._up(binaries, nodes, started, started + timeout)
+                if real_node:
+                    self.add_real_node()
+                    info = self.info()
+                    assert info is not None
+                return info
             except BaseException as e:
                 self._on_progress("stopping what was started")
                 stopped = self._stop_all()
@@ -496,7 +514,7 @@ class DevCluster:
         # Clients first, then the API server, etcd last: the API server stopped together
         # with etcd hangs retrying it until killed, and etcd waits for its clients.
         phases = [
-            [by_name.pop(name) for name in (KWOK, SCHEDULER, CONTROLLER_MANAGER) if name in by_name],
+            [by_name.pop(name) for name in (REAL_NODE, KWOK, SCHEDULER, CONTROLLER_MANAGER) if name in by_name],
             [by_name.pop(name) for name in (APISERVER,) if name in by_name],
             [by_name.pop(name) for name in (ETCD,) if name in by_name],
             list(by_name.values()),  # anything a future version records
@@ -538,6 +556,81 @@ class DevCluster:
                        pki_.CertKey(pki_dir / "admin.crt", pki_dir / "admin.key"))
             self._wait("kube-apiserver to answer /readyz after its restart", lambda: self._get_ok(api, "/readyz"),
                        [new], time.monotonic() + timeout)
+
+    # -- the real node ----------------------------------------------------------------------
+
+    def add_real_node(self, *, timeout: float = 1800.0, agent: bool = True) -> RealNode:
+        """Join the real node (the kernel lab VM with containerd and a kubelet) to this running cluster.
+
+        Returns it once its Node is Ready; a node that does not join fails with the kubelet's
+        last log lines, and its VM is stopped. `down` stops it with the rest. With `agent`,
+        mountwarden's node agent runs there too (from this checkout's code, with the dev
+        cluster's admin credentials) and writes lab-node-0's NodeMountReport.
+        """
+        from mountwarden.lab.image import build_image, find_image
+        from mountwarden.lab.node import NODE, NODE_NAME, NodeCredentials, RealNode
+
+        state = self._read_state()
+        if not state.get("ready"):
+            raise DevClusterError(f"no dev cluster runs in {self.state_dir}: the real node joins a running one")
+        self._on_progress("finding the real node's kubelet (hack/nodebin; about 10 minutes the first time)")
+        try:
+            node_binaries = resolve_node_binaries(on_output=self._on_build_output)
+        except BinariesError as error:
+            raise DevClusterError(str(error), component=NODE_NAME) from error
+        self._on_progress("finding the lab's node image (about 5 minutes the first time)")
+        image = find_image(NODE) or build_image(NODE, progress=self._on_progress)
+        pki_dir = self.state_dir / "pki"
+        ca = pki_.CertKey(pki_dir / "ca.crt", pki_dir / "ca.key")
+        workdir = self.state_dir / "real-node"
+        client = pki_.issue_client(ca, workdir / "pki", "kubelet", f"system:node:{NODE_NAME}", "system:nodes")
+        node = RealNode(image, node_binaries, int(state["ports"][APISERVER]),
+                        NodeCredentials(ca.cert, client.cert, client.key), workdir=workdir,
+                        launcher=self._real_node_launcher(NODE_NAME))
+        api = _Api(state["api_server"], ca, pki_.CertKey(pki_dir / "admin.crt", pki_dir / "admin.key"))
+        started = time.monotonic()
+        try:
+            node.start(progress=self._on_progress)
+            self._on_progress(f"waiting for {NODE_NAME} to be Ready (its kubelet registers it)")
+            while not self._node_named_ready(api, NODE_NAME):
+                if time.monotonic() - started > timeout or node.vm is None or not node.vm.alive:
+                    raise DevClusterError(
+                        f"the real node {NODE_NAME} did not become Ready in {timeout:.0f} s",
+                        component=NODE_NAME, log_tail=node.kubelet_log(), log_path="/var/log/kubelet.log (in the VM)")
+                time.sleep(2)
+        except BaseException:
+            node.stop()
+            raise
+        if agent:
+            self._on_progress(f"starting mountwarden's agent on {NODE_NAME}")
+            node.start_agent(NodeCredentials(ca.cert, pki_dir / "admin.crt", pki_dir / "admin.key"))
+        state = self._read_state()
+        state["real_node"] = NODE_NAME
+        state["real_node_seconds"] = round(time.monotonic() - started, 1)
+        self._write_state(state)
+        return node
+
+    def _real_node_launcher(self, name: str) -> Callable:
+        """Starts the node's QEMU as a recorded component, so that `down` (and a dying test run) stops it."""
+
+        def launch(argv, log_path: Path) -> subprocess.Popen:
+            record, popen = processes.spawn(name, argv, log_path, cwd=self.state_dir,
+                                            stop_with_parent=self._stop_with_parent)
+            self._children.append(popen)
+            state = self._read_state()
+            state.setdefault("processes", {})[name] = record.to_dict()
+            self._write_state(state)
+            return popen
+
+        return launch
+
+    @staticmethod
+    def _node_named_ready(api: _Api, name: str) -> bool:
+        try:
+            status, body = api.request("GET", f"/api/v1/nodes/{name}", timeout=5)
+        except (OSError, urllib.error.URLError):
+            return False
+        return status == 200 and isinstance(body, dict) and _node_ready(body)
 
     def down(self, purge: bool = False, grace_seconds: float = processes.DEFAULT_GRACE_SECONDS) -> list[str]:
         """Stop every process of this state dir (SIGTERM, SIGKILL after `grace_seconds`).

@@ -226,6 +226,24 @@ def generate(pki_dir: Path) -> Pki:
     )
 
 
+def issue_client(ca: CertKey, out_dir: Path, stem: str, common_name: str, organization: str | None) -> CertKey:
+    """A client certificate signed by an existing CA (a node's kubelet joining later: system:node:<name>)."""
+    ca_cert = x509.load_pem_x509_certificate(ca.cert_pem())
+    ca_key = serialization.load_pem_private_key(ca.key_pem(), password=None)
+    key = _new_key()
+    cert = (
+        _leaf_usage(_builder(_name(common_name, organization), ca_cert.subject, key.public_key()),
+                    ExtendedKeyUsageOID.CLIENT_AUTH)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pair = CertKey(out_dir / f"{stem}.crt", out_dir / f"{stem}.key")
+    _write_cert(pair.cert, cert)
+    _write_key(pair.key, key)
+    return pair
+
+
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 

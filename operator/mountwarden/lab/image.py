@@ -63,6 +63,8 @@ HOST_TOOLS = {
 }
 
 GUEST_DIR = Path(__file__).parent / "guest"
+#: Where a recipe's tools image is left in the root, for `ctr images import`.
+TOOLS_ARCHIVE = "/opt/mountwarden-lab/tools.tar"
 
 Progress = Callable[[str], None]
 
@@ -175,13 +177,13 @@ def python_requirements() -> list[str]:
 RECIPE_VERSION = 1
 
 
-def _content_hash(packages: tuple[str, ...], modules: tuple[str, ...], requirements: list[str]) -> str:
+def _content_hash(inputs: tuple[str, ...], requirements: list[str]) -> str:
     """What goes into the image: packages, modules, Python pins, /init and the recipe's version.
 
     The rest of the guest's code comes over 9p at run time, so changing it never rebuilds.
     """
     digest = hashlib.sha256(f"recipe {RECIPE_VERSION}".encode())
-    for part in (*packages, "|", *modules, "|", *requirements):
+    for part in (*inputs, "|", *requirements):
         digest.update(part.encode() + b"\0")
     digest.update((GUEST_DIR / "init").read_bytes())
     return digest.hexdigest()[:12]
@@ -194,11 +196,14 @@ class ImageRecipe:
     name: str
     packages: tuple[str, ...]
     modules: tuple[str, ...]
+    #: The name of a container image (busybox and sqlite3 from this root) to leave at TOOLS_ARCHIVE.
+    tools_image: str | None = None
 
     def key(self, kernel: tuple[str, str], requirements: list[str]) -> str:
         package, version = kernel
         safe_version = re.sub(r"[^A-Za-z0-9.+-]", "_", version)
-        return f"{self.name}_{package}_{safe_version}_{_content_hash(self.packages, self.modules, requirements)}"
+        inputs = (*self.packages, "|", *self.modules, "|", self.tools_image or "")
+        return f"{self.name}_{package}_{safe_version}_{_content_hash(inputs, requirements)}"
 
 
 LAB = ImageRecipe("lab", LAB_PACKAGES, LAB_MODULES)
@@ -272,6 +277,7 @@ class _Build:
             ("root", self.bootstrap_root),
             ("modules", self.install_modules),
             ("guest", self.install_guest),
+            ("images", self.make_container_images),
             ("python", self.install_python_deps),
             ("initramfs", self.pack_initramfs),
         )
@@ -345,6 +351,19 @@ class _Build:
         init = self.rootfs / "init"
         shutil.copy2(GUEST_DIR / "init", init)
         init.chmod(0o755)
+
+    def make_container_images(self) -> None:
+        if self.recipe.tools_image is None:
+            return
+        from mountwarden.lab.oci import chroot_libraries, write_image
+
+        applets = ("sh", "sleep", "cat", "ls", "mkdir", "rm", "echo", "true", "env", "touch", "stat", "ps")
+        target = self.rootfs / TOOLS_ARCHIVE.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write_image(target, self.recipe.tools_image, ["/bin/sh"],
+                    [("/bin/busybox", "/bin/busybox"), ("/usr/bin/sqlite3", "/usr/bin/sqlite3")],
+                    root=self.rootfs, libraries=chroot_libraries(self.rootfs),
+                    symlinks=[(f"/bin/{applet}", "busybox") for applet in applets])
 
     def install_python_deps(self) -> None:
         target = self.out / "pydeps"

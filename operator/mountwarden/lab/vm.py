@@ -24,7 +24,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -105,6 +105,8 @@ class LabVM:
     cpus: int = 2
     #: Extra QEMU arguments (a real node adds user networking).
     extra_args: Sequence[str] = ()
+    #: Starts QEMU (argv, log path) and returns its Popen; the dev cluster passes one that records it.
+    launcher: Callable[[Sequence[str], Path], subprocess.Popen] | None = None
     boot_timeout: float = 300.0
     workdir: Path | None = None
     accelerator: str = field(default_factory=choose_accelerator)
@@ -152,11 +154,13 @@ class LabVM:
         control = self.workdir / "control.sock"
         control.unlink(missing_ok=True)
         started = time.monotonic()
-        self._process = subprocess.Popen(
-            [qemu, *self.qemu_args(control)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=open(self.workdir / "qemu.log", "wb"),  # noqa: SIM115  (closed with the process)
-            start_new_session=True,
-        )
+        argv = [qemu, *self.qemu_args(control)]
+        if self.launcher is not None:
+            self._process = self.launcher(argv, self.workdir / "qemu.log")
+        else:
+            with open(self.workdir / "qemu.log", "wb") as log:
+                self._process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                                 stderr=log, start_new_session=True)
         try:
             self._connect(control, started)
             self._wait_for_console(READY_MARKER, started)
@@ -194,7 +198,8 @@ class LabVM:
             *self.extra_args,
         ]
 
-    def _alive(self) -> bool:
+    @property
+    def alive(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
     def _connect(self, control: Path, started: float) -> None:
@@ -212,7 +217,7 @@ class LabVM:
             time.sleep(0.1)
 
     def _check_boot(self, started: float, doing: str) -> None:
-        if not self._alive():
+        if not self.alive:
             raise LabError(f"the lab VM exited while {doing}:\n{self.failure_context()}")
         if time.monotonic() - started > self.boot_timeout:
             raise LabError(f"the lab VM did not boot in {self.boot_timeout:.0f} s ({doing}; "
@@ -234,7 +239,7 @@ class LabVM:
     def stop(self, timeout: float = 30.0) -> None:
         """Power the guest off (or kill QEMU when it does not answer) and remove what it left."""
         if self._process is not None:
-            if self._alive() and self._socket is not None:
+            if self.alive and self._socket is not None:
                 with contextlib.suppress(LabError):
                     self._request({"op": "poweroff"}, timeout=10)
             try:

@@ -1,0 +1,3 @@
+module mountwarden.dev/nodebin/pause
+
+go 1.24.0

@@ -1,0 +1,200 @@
+"""A real Kubernetes node: the lab VM running containerd, runc, the CNI plugins and a kubelet.
+
+The kubelet is built from the same k8s.io/kubernetes source as the local control plane
+(hack/nodebin, shared into the VM read-only at /mnt/lab-bin); containerd, runc and the CNI
+plugins are Debian's, in the node image. The VM reaches the host's API server, and nothing
+else, through QEMU's user network restricted to one forward: the guest's 10.0.2.100:6443 is
+the host's loopback port of the API server (a `socat` per connection, started by QEMU). Pods
+mount real NFS from the kernel NFS server beside the kubelet (exports under /srv/export).
+
+`RealNode(...).start()` boots the VM, starts the NFS server and the node, and returns once
+the kubelet runs; `wait_ready` (with a Kubernetes client, in the caller) is the caller's.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shlex
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mountwarden.lab.image import LAB_MODULES, LAB_PACKAGES, ImageRecipe, LabImage
+from mountwarden.lab.oci import write_image
+from mountwarden.lab.vm import GUEST_DIR, GUEST_IO, GUEST_PYTHON_ENV, LabError, LabVM, start_nfs_server
+
+#: A shell and coreutils (busybox), and sqlite3, from the VM's own Debian files (pods use imagePullPolicy: Never).
+TOOLS_IMAGE = "mountwarden.local/lab-tools:1"
+NODE = ImageRecipe(
+    "node",
+    (*LAB_PACKAGES, "containerd", "runc", "containernetworking-plugins", "busybox-static"),
+    (*LAB_MODULES, "virtio_net", "overlay", "bridge"),
+    tools_image=TOOLS_IMAGE,
+)
+NODE_NAME = "lab-node-0"
+#: QEMU's user network: the guest, its gateway, and the address forwarded to the host's API server.
+NODE_IP, GATEWAY, API_SERVER_IN_GUEST = "10.0.2.15", "10.0.2.2", "10.0.2.100"
+API_PORT_IN_GUEST = 6443
+POD_CIDR = "10.88.0.0/16"
+PAUSE_IMAGE = "mountwarden.local/pause:lab"
+#: The NFS server's exports on the node (the PersistentVolumes' nfs.server is the node's loopback).
+NFS_EXPORTS = ("/srv/export", "/srv/export2")
+NFS_SERVER = "127.0.0.1"
+KUBELET_LOG = "/var/log/kubelet.log"
+AGENT_LOG = "/var/log/mountwarden-agent.log"
+
+
+@dataclass(frozen=True)
+class NodeCredentials:
+    """The kubelet's client certificate (CN system:node:<name>, O system:nodes) and the cluster's CA."""
+
+    ca_cert: Path
+    client_cert: Path
+    client_key: Path
+
+
+def containerd_config() -> str:
+    # runc cannot pivot_root away from an initramfs root: NoPivotRoot makes it move the mount instead.
+    return f"""version = 2
+root = "/var/lib/containerd"
+state = "/run/containerd"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{PAUSE_IMAGE}"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        NoPivotRoot = true
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "/etc/cni/net.d"
+"""
+
+
+def cni_config() -> str:
+    return json.dumps({
+        "cniVersion": "0.4.0", "name": "lab", "plugins": [
+            {"type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": False,
+             "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_CIDR}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+            {"type": "loopback"},
+        ]}, indent=2)
+
+
+def kubelet_config() -> str:
+    # The VM's root is an initramfs (no disk to measure or evict from), its memory small: no evictions,
+    # no ephemeral-storage accounting, swap tolerated, and the API kept to this node's needs.
+    return json.dumps({
+        "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+        "cgroupDriver": "cgroupfs", "containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
+        "failSwapOn": False, "resolvConf": "/etc/resolv.conf", "clusterDomain": "cluster.local",
+        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": False},
+                           "x509": {"clientCAFile": "/etc/kubernetes/ca.crt"}},
+        "authorization": {"mode": "AlwaysAllow"},
+        "evictionHard": {"memory.available": "0%", "nodefs.available": "0%", "imagefs.available": "0%"},
+        "localStorageCapacityIsolation": False, "imageGCHighThresholdPercent": 100,
+        "serializeImagePulls": False, "podCIDR": POD_CIDR, "maxPods": 50,
+        "nodeStatusReportFrequency": "10s", "nodeStatusUpdateFrequency": "5s", "syncFrequency": "10s",
+        "fileCheckFrequency": "5s", "volumeStatsAggPeriod": "0s",
+    }, indent=2)
+
+
+def kubeconfig(credentials: NodeCredentials, user: str) -> str:
+    def data(path: Path) -> str:
+        return base64.b64encode(path.read_bytes()).decode()
+
+    # The API server's certificate names localhost, not the forwarded guest address.
+    return json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "lab",
+        "clusters": [{"name": "lab", "cluster": {
+            "server": f"https://{API_SERVER_IN_GUEST}:{API_PORT_IN_GUEST}", "tls-server-name": "localhost",
+            "certificate-authority-data": data(credentials.ca_cert)}}],
+        "users": [{"name": user, "user": {"client-certificate-data": data(credentials.client_cert),
+                                          "client-key-data": data(credentials.client_key)}}],
+        "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": user}}],
+    }, indent=2)
+
+
+def network_args(api_port: int) -> list[str]:
+    """QEMU's user network, restricted to one forward: the guest's API server address to the host's."""
+    forward = f"guestfwd=tcp:{API_SERVER_IN_GUEST}:{API_PORT_IN_GUEST}-cmd:socat - TCP:127.0.0.1:{api_port}"
+    return ["-netdev", f"user,id=net0,restrict=on,net=10.0.2.0/24,{forward}",
+            "-device", "virtio-net-pci,netdev=net0"]
+
+
+@dataclass
+class RealNode:
+    image: LabImage
+    #: hack/nodebin's output: the kubelet and the pause binary.
+    node_binaries: Path
+    api_port: int
+    credentials: NodeCredentials
+    workdir: Path
+    name: str = NODE_NAME
+    memory_mib: int = 2048
+    launcher: Callable[[Sequence[str], Path], object] | None = None
+    vm: LabVM | None = field(default=None, init=False)
+
+    def start(self, progress: Callable[[str], None] = lambda _: None) -> LabVM:
+        if shutil.which("socat") is None:
+            raise LabError("the real node's network forward needs socat on the host: apt-get install socat "
+                           "(hack/lab/host-deps.sh installs it)")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        config = self.workdir / "io" / "node"
+        config.mkdir(parents=True, exist_ok=True)
+        files = {
+            "containerd.toml": containerd_config(), "cni.conflist": cni_config(), "kubelet.yaml": kubelet_config(),
+            "kubelet.kubeconfig": kubeconfig(self.credentials, f"system:node:{self.name}"),
+        }
+        for name, text in files.items():
+            (config / name).write_text(text)
+        write_image(config / "pause.tar", PAUSE_IMAGE, ["/pause"], [(str(self.node_binaries / "pause"), "/pause")])
+        shutil.copy2(self.credentials.ca_cert, config / "ca.crt")
+        share = f"local,path={self.node_binaries},mount_tag=lab-bin,security_model=none,readonly=on"
+        self.vm = LabVM(self.image, memory_mib=self.memory_mib, workdir=self.workdir, launcher=self.launcher,
+                        extra_args=[*network_args(self.api_port), "-virtfs", share])
+        progress(f"booting the real node {self.name} (QEMU, {self.vm.accelerator})")
+        self.vm.start()
+        progress(f"starting the NFS server on {self.name}")
+        start_nfs_server(self.vm, exports=NFS_EXPORTS)
+        progress(f"starting containerd and the kubelet on {self.name}")
+        self.vm.run("mkdir -p /mnt/lab-bin && mount -t 9p -o trans=virtio,version=9p2000.L,ro lab-bin /mnt/lab-bin",
+                    timeout=60)
+        self.vm.run(["sh", f"{GUEST_DIR}/node-up.sh", self.name, NODE_IP, GATEWAY], timeout=900)
+        return self.vm
+
+    def start_agent(self, credentials: NodeCredentials, *, interval: float = 5.0) -> None:
+        """Run mountwarden's node agent on the node, as a process beside the kubelet, from the host's code.
+
+        It scans the VM's live /proc and writes lab-node-0's NodeMountReport through the same forward
+        to the API server as the kubelet.
+        """
+        assert self.vm is not None, "start the node first"
+        path = self.workdir / "io" / "node" / "agent.kubeconfig"
+        path.write_text(kubeconfig(credentials, "mountwarden-agent"))
+        env = " ".join(f"{name}={shlex.quote(value)}" for name, value in GUEST_PYTHON_ENV.items())
+        self.vm.run(f"{env} nohup python3 -m mountwarden agent --node-name {self.name} --proc-root /proc "
+                    f"--kubeconfig {GUEST_IO}/node/agent.kubeconfig --interval {interval} --metrics-port 0 "
+                    f"> {AGENT_LOG} 2>&1 &", timeout=60)
+
+    def agent_log(self, lines: int = 40) -> str:
+        return self._tail(AGENT_LOG, lines)
+
+    def kubelet_log(self, lines: int = 40) -> str:
+        return self._tail(KUBELET_LOG, lines)
+
+    def _tail(self, path: str, lines: int) -> str:
+        if self.vm is None or not self.vm.alive:
+            return ""
+        try:
+            return self.vm.run(f"tail -n {int(lines)} {shlex.quote(path)}", timeout=60, check=False).stdout
+        except LabError as error:
+            return f"(could not read {path}: {error})"
+
+    def stop(self) -> None:
+        if self.vm is not None:
+            self.vm.stop()

@@ -1,0 +1,185 @@
+"""A real node: a kubelet mounting real NFS for pods, audited and rolled out by mountwarden.
+
+lab-node-0 is the kernel lab VM joined to the local control plane (containerd and runc from
+Debian, a kubelet from the same Kubernetes source, a kernel NFS server beside it, mountwarden's
+agent writing its NodeMountReport). PersistentVolumes are in-tree NFS on the node's loopback
+carrying their StorageClass's mountOptions, as a provisioner would copy them; what the pods get
+is what this kernel and this kubelet really do with them.
+"""
+
+import time
+
+from tests.integration.test_compliance import compliance, pod_events
+from tests.support import profile_body, wait_for
+
+from mountwarden.lab.node import NFS_SERVER, NODE_NAME, TOOLS_IMAGE
+
+TIMEOUT = 600  # a pod under TCG: sandbox, image, NFS mount, container
+
+
+def make_volume(kube, real_node, namespace: str, name: str, storage_class: str, options: list[str],
+                path: str) -> str:
+    """A PV on the node's NFS server, pre-bound to a claim of the same name, with the class's options."""
+    real_node.vm.run(f"mkdir -p /srv/export{path} && chmod 1777 /srv/export{path}")
+    kube.core.create_persistent_volume({
+        "metadata": {"name": name},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": storage_class,
+                 "persistentVolumeReclaimPolicy": "Retain", "mountOptions": options,
+                 "nfs": {"server": NFS_SERVER, "path": f"/srv/export{path}"},
+                 "claimRef": {"namespace": namespace, "name": name}},
+    })
+    kube.core.create_namespaced_persistent_volume_claim(namespace, {
+        "metadata": {"name": name},
+        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": storage_class, "volumeName": name,
+                 "resources": {"requests": {"storage": "1Gi"}}},
+    })
+    return name
+
+
+def options_profile(name: str, options: list[str]) -> dict:
+    """A profile of explicit options on a generic NFS backend, no preset."""
+    body = profile_body(name, backend={"provisioner": "nfs.csi.k8s.io"}, mountOptions=options)
+    body["spec"].pop("cachePolicy")
+    return body
+
+
+def pod_spec(claim: str, command: str = "sleep 100000", *, pinned: bool = True) -> dict:
+    placement = {"nodeName": NODE_NAME} if pinned else {"nodeSelector": {"kubernetes.io/hostname": NODE_NAME}}
+    return {
+        **placement, "terminationGracePeriodSeconds": 0,
+        "containers": [{"name": "app", "image": TOOLS_IMAGE, "imagePullPolicy": "Never",
+                        "command": ["/bin/sh", "-c", command],
+                        "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
+    }
+
+
+def run_pod(kube, namespace: str, name: str, claim: str, command: str = "sleep 100000") -> str:
+    kube.core.create_namespaced_pod(namespace, {"metadata": {"name": name}, "spec": pod_spec(claim, command)})
+    return wait_for(lambda: (pod := kube.core.read_namespaced_pod(name, namespace)).status.phase == "Running"
+                    and pod.metadata.uid, timeout=TIMEOUT, interval=2, what=f"pod {name} Running on {NODE_NAME}")
+
+
+def reported(kube, pod_uid: str) -> dict | None:
+    try:
+        report = kube.custom.get_cluster_custom_object("mountwarden.io", "v1alpha1", "nodemountreports", NODE_NAME)
+    except Exception:  # not written yet
+        return None
+    return next((v for v in report["spec"]["volumes"] if v.get("podUid") == pod_uid), None)
+
+
+def class_options(kube, name: str) -> list[str]:
+    return list(kube.storage.read_storage_class(name).mount_options or [])
+
+
+def test_the_node_is_a_real_kubelet_on_the_lab_kernel(real_node, kube):
+    node = kube.core.read_node(NODE_NAME)
+    info = node.status.node_info
+    assert info.kubelet_version == "v1.34.4"
+    assert info.container_runtime_version.startswith("containerd://1.6")
+    assert info.kernel_version.startswith("6.1")
+    assert info.boot_id == real_node.vm.read_text("/proc/sys/kernel/random/boot_id").strip()
+    assert "kwok.x-k8s.io/node" not in (node.metadata.annotations or {})
+
+
+def test_a_pod_mounts_real_nfs_with_its_class_options_and_is_audited(real_node, kube, operator, namespace, unique):
+    profile = f"real-{unique}"
+    kube.apply_profile(profile_body(profile, "cached", backend={"provisioner": "nfs.csi.k8s.io"}))
+    wait_for(lambda: kube.classes_of(profile), what="the profile's class")
+    options = class_options(kube, f"{profile}-v1")
+    pv = make_volume(kube, real_node, namespace, f"pv-real-{unique}", f"{profile}-v1", options, f"/real-{unique}")
+    uid = run_pod(kube, namespace, "app", pv)
+    mount_point = f"/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~nfs/{pv}"
+    mountinfo = real_node.vm.read_text("/proc/1/mountinfo")
+    assert mount_point in mountinfo  # the real kubelet mounted it, where the agent expects it
+    volume = wait_for(lambda: reported(kube, uid), timeout=TIMEOUT, what="the agent's report of the pod's volume")
+    assert volume["mountPoint"] == mount_point and volume["optionsSource"] == "mountstats"
+    assert {"acregmin=600", "acregmax=600", "lookupcache=all"} <= set(volume["effectiveOptions"])
+    status = wait_for(lambda: (c := compliance(kube, profile)) and c["volumes"]["compliant"] == 1 and c,
+                      timeout=TIMEOUT, what="the profile compliant from the real node's report")
+    assert status["volumes"]["drifted"] == 0
+
+
+def test_two_pods_that_differ_only_in_timeo_share_a_superblock(real_node, kube, operator, namespace, unique):
+    """The second pod's volume silently runs with the first one's timeo: SuperblockShared, on its pod."""
+    first, second = f"first-{unique}", f"second-{unique}"
+    kube.apply_profile(options_profile(first, ["vers=4.1", "timeo=100"]))
+    kube.apply_profile(options_profile(second, ["vers=4.1", "timeo=600"]))
+    wait_for(lambda: kube.classes_of(first) and kube.classes_of(second), what="both classes")
+    path = f"/shared-{unique}"
+    first_pv = make_volume(kube, real_node, namespace, f"pv-a-{unique}", f"{first}-v1",
+                           class_options(kube, f"{first}-v1"), path)
+    second_pv = make_volume(kube, real_node, namespace, f"pv-b-{unique}", f"{second}-v1",
+                            class_options(kube, f"{second}-v1"), path)
+    first_uid = run_pod(kube, namespace, "early", first_pv)
+    wait_for(lambda: reported(kube, first_uid), timeout=TIMEOUT, what="the first pod's volume reported")
+    second_uid = run_pod(kube, namespace, "late", second_pv)
+    volume = wait_for(lambda: reported(kube, second_uid), timeout=TIMEOUT, what="the second pod's volume reported")
+    assert "timeo=100" in volume["effectiveOptions"] and volume["sharedWith"]
+    status = wait_for(lambda: (c := compliance(kube, second)) and c["volumes"]["drifted"] == 1 and c,
+                      timeout=TIMEOUT, what="the second profile drifted")
+    assert {o["reason"] for o in status["worstOffenders"]} == {"SuperblockShared"}
+    events = wait_for(lambda: [m for r, m in pod_events(kube, namespace, "late") if r == "SuperblockShared"],
+                      timeout=TIMEOUT, what="a SuperblockShared Event on the late pod")
+    assert first_uid in events[0]
+    assert compliance(kube, first)["volumes"]["compliant"] == 1
+
+
+def test_a_pod_holding_a_sqlite_lock_on_nfs_is_found(real_node, kube, operator, namespace, unique):
+    profile = f"sqlite-{unique}"
+    kube.apply_profile(profile_body(profile, "cached", backend={"provisioner": "nfs.csi.k8s.io"}))
+    wait_for(lambda: kube.classes_of(profile), what="the profile's class")
+    pv = make_volume(kube, real_node, namespace, f"pv-db-{unique}", f"{profile}-v1",
+                     class_options(kube, f"{profile}-v1"), f"/db-{unique}")
+    # sqlite3 holds a RESERVED lock (and its -journal) while .shell sleeps inside the transaction.
+    hold = ("printf 'CREATE TABLE IF NOT EXISTS t(x);\\nBEGIN IMMEDIATE;\\nINSERT INTO t VALUES (1);\\n"
+            ".shell sleep 100000\\n' | sqlite3 /data/app.db")
+    run_pod(kube, namespace, "db", pv, hold)
+    events = wait_for(lambda: [m for r, m in pod_events(kube, namespace, "db") if r == "SQLiteOnNFS"],
+                      timeout=TIMEOUT, what="a SQLiteOnNFS Event on the pod")
+    assert "app.db" in events[0] or pv in events[0], events
+    assert wait_for(lambda: (c := compliance(kube, profile)) and c.get("sqliteDatabases") == 1 and c,
+                    timeout=TIMEOUT, what="the profile counting the database")
+
+
+def test_a_rollout_patches_the_pv_and_the_real_remount_is_verified(real_node, kube, operator, namespace, unique):
+    """PatchBoundVolumes: the PV is patched, the Deployment restarted, the kubelet mounts again with the
+    new options, the agent sees them on the new pod, and only then is the rollout Done."""
+    profile = f"roll-{unique}"
+    automatic = {"strategy": "PatchBoundVolumes", "approval": "Automatic"}
+    backend = {"provisioner": "nfs.csi.k8s.io"}
+    kube.apply_profile(profile_body(profile, "cached", backend=backend, rollout=automatic))
+    wait_for(lambda: kube.classes_of(profile), what="v1")
+    pv = make_volume(kube, real_node, namespace, f"pv-roll-{unique}", f"{profile}-v1",
+                     class_options(kube, f"{profile}-v1"), f"/roll-{unique}")
+    kube.apps.create_namespaced_deployment(namespace, {
+        "metadata": {"name": "web"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}}, "spec": pod_spec(pv, pinned=False)}},
+    })
+    old = wait_for(lambda: (pods := kube.core.list_namespaced_pod(namespace, label_selector="app=web").items)
+                   and pods[0].status.phase == "Running" and pods[0], timeout=TIMEOUT, what="web Running")
+    wait_for(lambda: reported(kube, old.metadata.uid), timeout=TIMEOUT, what="web's volume reported")
+    started = time.monotonic()
+    # acregmax differs between the presets: the kernel gives the new mount a superblock of its own.
+    kube.apply_profile(profile_body(profile, "coherent", backend=backend, rollout=automatic))
+    target = f"{profile}-v2"
+
+    def done():
+        rollout = ((kube.profile(profile) or {}).get("status") or {}).get("rollout") or {}
+        return rollout if rollout.get("phase") == "Complete" and rollout.get("targetStorageClassName") == target \
+            else None
+
+    wait_for(done, timeout=TIMEOUT * 2, interval=2, what=f"the rollout to {target} Complete")
+    elapsed = time.monotonic() - started
+    assert kube.core.read_persistent_volume(pv).spec.mount_options == class_options(kube, target)
+    pods = [p for p in kube.core.list_namespaced_pod(namespace, label_selector="app=web").items
+            if p.metadata.deletion_timestamp is None]
+    assert len(pods) == 1 and pods[0].metadata.uid != old.metadata.uid
+    volume = reported(kube, pods[0].metadata.uid)
+    assert volume is not None and "acregmax=3" in volume["effectiveOptions"]
+    # The kernel's own word: the new pod's mount has the new options.
+    mount_point = f"/var/lib/kubelet/pods/{pods[0].metadata.uid}/volumes/kubernetes.io~nfs/{pv}"
+    line = next(line for line in real_node.vm.read_text("/proc/1/mountinfo").splitlines() if mount_point in line)
+    assert "acregmax=3" in line, line
+    print(f"one-Deployment rollout on the real node: {elapsed:.0f} s")
