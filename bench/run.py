@@ -33,6 +33,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "scale": (["bench/scale.py"], ["bench/scale.py", "--pvs", "500", "--pods", "2000", "--nodes", "10",
                                    "--touched", "100"]),
     "lab": (["bench/lab.py"], ["bench/lab.py", "--boots", "1", "--skip-cold"]),
+    "realnode": (["bench/realnode.py"], ["bench/realnode.py"]),
 }
 
 #: The figures a script can find by name, and the benchmark that measures each.
@@ -46,6 +47,8 @@ HEADLINE = {
     "lab_build_cold_s": "lab",
     "lab_boot_s_median": "lab",
     "lab_try_4_mounts_s": "lab",
+    "real_node_ready_s": "realnode",
+    "realnode_rollout_s": "realnode",
 }
 
 

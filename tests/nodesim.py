@@ -6,10 +6,12 @@ simulator stands in for the kernel and the agent together:
 - a pod's NFS volume is "mounted" when the simulator first sees the pod started
   on its node, with the PV's ``spec.mountOptions`` of that moment (a later patch
   of the PV does not change a mount that exists);
-- pods of one export (server:path) on one node share a superblock: a later pod
-  gets the first mount's options while that first pod is alive (nfs(5),
-  sharecache). Only the first mount's lifetime is simulated: once it is gone, a
-  new pod gets a fresh superblock even if later pods still hold the old one;
+- pods of one export (server:path) on one node share a superblock when the options
+  the kernel compares are equal, as the kernel lab measured (core.options.superblock_key:
+  a later pod whose options differ only in timeo, retrans, resvport or nconnect gets
+  the first mount's superblock and its values; any other difference gets its own).
+  Only the first mount's lifetime is simulated: once it is gone, a new pod gets a
+  fresh superblock even if later pods still hold the old one;
 - each node's report lists every such mount with its superblock and the other
   mount points that share it, and is rewritten whenever that changes.
 
@@ -22,7 +24,7 @@ from datetime import UTC, datetime
 
 import kubernetes
 
-from mountwarden.core.options import normalize
+from mountwarden.core.options import NormalizedOptions, normalize, superblock_key
 
 GROUP, VERSION, PLURAL = "mountwarden.io", "v1alpha1", "nodemountreports"
 AGENT_VERSION = "nodesim"
@@ -108,12 +110,13 @@ class NodeSimulator:
 
     def _mount(self, node: Node, pod, pv, alive: set[str]) -> SimulatedMount:
         server, path = pv.spec.nfs.server, pv.spec.nfs.path
+        asked = normalize(pv.spec.mount_options or []).options
         shared = next((m.superblock for m in node.mounts.values()
-                       if (m.server, m.path) == (server, path) and m.superblock.first_pod in alive), None)
+                       if (m.server, m.path) == (server, path) and m.superblock.first_pod in alive
+                       and superblock_key(normalize(m.superblock.options).options) == superblock_key(asked)), None)
         if shared is None:
             self._devices += 1
-            options = normalize(pv.spec.mount_options or []).mount_options
-            shared = Superblock(f"0:{self._devices}", options, pod.metadata.uid)
+            shared = Superblock(f"0:{self._devices}", NormalizedOptions(asked).mount_options, pod.metadata.uid)
         return SimulatedMount(pod.metadata.uid, pv.metadata.name, server, path, shared)
 
     def _write(self, name: str, node: Node) -> None:

@@ -183,3 +183,63 @@ def test_a_rollout_patches_the_pv_and_the_real_remount_is_verified(real_node, ku
     line = next(line for line in real_node.vm.read_text("/proc/1/mountinfo").splitlines() if mount_point in line)
     assert "acregmax=3" in line, line
     print(f"one-Deployment rollout on the real node: {elapsed:.0f} s")
+
+
+def test_a_new_pod_on_a_superblock_kept_alive_by_another_pod_blocks_until_remounted(
+        real_node, kube, operator, namespace, unique):
+    """The rollout's new pod lands on the old superblock (another pod keeps it, and the new options differ
+    only in timeo, which the kernel does not compare): the rollout pauses, naming the other consumer; once
+    that consumer is gone the operator remounts the replica, and only real mounts that agree end it."""
+    profile = f"held-{unique}"
+    automatic = {"strategy": "PatchBoundVolumes", "approval": "Automatic"}
+    body = options_profile(profile, ["vers=4.1", "timeo=100"])
+    body["spec"]["rollout"] = automatic
+    kube.apply_profile(body)
+    wait_for(lambda: kube.classes_of(profile), what="v1")
+    path = f"/held-{unique}"
+    v1_options = class_options(kube, f"{profile}-v1")
+    # Another consumer of the same export on the node, through a PV no profile governs.
+    other = make_volume(kube, real_node, namespace, f"pv-other-{unique}", "", v1_options, path)
+    other_uid = run_pod(kube, namespace, "other", other)
+    wait_for(lambda: reported(kube, other_uid), timeout=TIMEOUT, what="the other consumer reported")
+    pv = make_volume(kube, real_node, namespace, f"pv-app-{unique}", f"{profile}-v1", v1_options, path)
+    kube.apps.create_namespaced_deployment(namespace, {
+        "metadata": {"name": "app"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "app"}},
+                 "template": {"metadata": {"labels": {"app": "app"}}, "spec": pod_spec(pv, pinned=False)}},
+    })
+    wait_for(lambda: (pods := kube.core.list_namespaced_pod(namespace, label_selector="app=app").items)
+             and pods[0].status.phase == "Running", timeout=TIMEOUT, what="app Running")
+
+    body = options_profile(profile, ["vers=4.1", "timeo=600"])
+    body["spec"]["rollout"] = automatic
+    kube.apply_profile(body)
+    target = f"{profile}-v2"
+
+    def rollout():
+        return ((kube.profile(profile) or {}).get("status") or {}).get("rollout") or {}
+
+    paused = wait_for(lambda: (r := rollout()).get("phase") == "Paused" and r.get("targetStorageClassName") == target
+                      and r, timeout=TIMEOUT * 2, interval=2, what="the rollout Paused on the shared superblock")
+    (line,) = paused["workloads"]
+    assert (line["state"], line["reason"]) == ("Blocked", "SuperblockShared")
+    assert f"pod {namespace}/other" in line["message"]
+    (app,) = [p for p in kube.core.list_namespaced_pod(namespace, label_selector="app=app").items
+              if p.metadata.deletion_timestamp is None]
+    # The kernel's word: the new pod's mount runs with the surviving superblock's timeo.
+    mount_point = f"/var/lib/kubelet/pods/{app.metadata.uid}/volumes/kubernetes.io~nfs/{pv}"
+    line_of = next(entry for entry in real_node.vm.read_text("/proc/1/mountinfo").splitlines()
+                   if mount_point in entry)
+    assert "timeo=100" in line_of, line_of
+
+    kube.core.delete_namespaced_pod("other", namespace, grace_period_seconds=0)
+    done = wait_for(lambda: (r := rollout()).get("phase") == "Complete" and r, timeout=TIMEOUT * 2, interval=2,
+                    what="the rollout Complete once the other consumer is gone")
+    (line,) = done["workloads"]
+    assert line["state"] == "Done" and line["remounts"] >= 1
+    (app,) = [p for p in kube.core.list_namespaced_pod(namespace, label_selector="app=app").items
+              if p.metadata.deletion_timestamp is None]
+    mount_point = f"/var/lib/kubelet/pods/{app.metadata.uid}/volumes/kubernetes.io~nfs/{pv}"
+    line_of = next(entry for entry in real_node.vm.read_text("/proc/1/mountinfo").splitlines()
+                   if mount_point in entry)
+    assert "timeo=600" in line_of, line_of

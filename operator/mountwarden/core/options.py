@@ -359,6 +359,23 @@ def kernel_io_size(asked: int, server_max: int | None = None) -> int:
     return size
 
 
+#: What the kernel does not compare when it gives a later mount of the same export, through the same
+#: client, the existing superblock (kernel lab, tests/kernel/test_superblocks.py): transport settings
+#: the first mount fixed (a later mount silently runs with them), options NFSv4 ignores, and per-mount
+#: VFS flags (each mount keeps its own).
+NOT_COMPARED_FOR_SUPERBLOCK = frozenset({
+    "timeo", "retrans", "resvport", "nconnect", "max_connect", "lock", "local_lock",
+    "suid", "dev", "exec", "relatime", "noatime", "strictatime", "nodiratime", "lazytime",
+})
+
+
+def superblock_key(options: Mapping[str, OptionValue]) -> tuple[tuple[str, OptionValue], ...]:
+    """The options that decide whether two mounts of one export through one client share a superblock."""
+    effective = with_kernel_defaults(options)
+    return tuple(sorted((name, value) for name, value in effective.items()
+                        if name not in NOT_COMPARED_FOR_SUPERBLOCK))
+
+
 def normalize(options: str | Iterable[str] | None, *, observed: bool = False) -> NormalizedOptions:
     """Validate and normalize options, keeping the kernel's left-to-right semantics.
 

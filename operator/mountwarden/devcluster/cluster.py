@@ -653,11 +653,12 @@ class DevCluster:
 
 
 @contextlib.contextmanager
-def local_cluster(state_dir: str | Path, *, nodes: int, timeout: float = 180.0) -> Iterator[ClusterInfo]:
+def local_cluster(state_dir: str | Path, *, nodes: int, timeout: float = 180.0,
+                  real_node: bool = False) -> Iterator[ClusterInfo]:
     """A throwaway dev cluster for the length of the block (benchmarks): it stops with the block or its caller."""
     cluster = DevCluster(state_dir, stop_with_parent=True)
     try:
-        yield cluster.up(nodes=nodes, timeout=timeout)
+        yield cluster.up(nodes=nodes, timeout=timeout, real_node=real_node)
     finally:
         cluster.down()
 

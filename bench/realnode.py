@@ -1,0 +1,87 @@
+"""The real node's own costs: joining a dev cluster, and one Deployment's rollout verified on it.
+
+A throwaway local control plane with one kwok node, then lab-node-0 (the kernel lab VM with
+containerd, runc and a kubelet built from the same source) joins it: real_node_ready_s is the
+time from the VM's start to its Node Ready (the dev cluster records it). Then the operator, as
+users run it, rolls a one-replica Deployment out from the `cached` to the `coherent` preset with
+PatchBoundVolumes: realnode_rollout_s is from the profile change to the rollout Complete, that
+is, until the agent on the node has seen the kubelet's new mount with the new options.
+Writes bench/results/realnode.json.
+
+    .venv/bin/python bench/realnode.py
+"""
+
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+RESULTS = ROOT / "bench" / "results"
+
+import kubernetes  # noqa: E402
+from tests.realnode.test_real_node import class_options, make_volume, pod_spec  # noqa: E402
+from tests.support import Kube, OperatorProcess, profile_body, wait_for  # noqa: E402
+
+from mountwarden.devcluster import DevCluster  # noqa: E402
+from mountwarden.lab.node import NODE_NAME  # noqa: E402
+
+
+def main() -> None:
+    summary: dict = {}
+    with tempfile.TemporaryDirectory(prefix="bench-realnode-") as scratch:
+        cluster = DevCluster(Path(scratch) / "cluster", stop_with_parent=True)
+        try:
+            cluster.up(nodes=1)
+            node = cluster.add_real_node()
+            info = cluster.info()
+            summary["real_node_ready_s"] = info.real_node_seconds
+            summary["accelerator"] = node.vm.accelerator
+            for crd in sorted((ROOT / "crds").glob("*.yaml")):
+                cluster.kubectl("apply", "--server-side", "-f", str(crd))
+            operator = OperatorProcess(str(info.kubeconfig), Path(scratch))
+            operator.start()
+            try:
+                summary["realnode_rollout_s"] = rollout_seconds(info.kubeconfig, node)
+            finally:
+                operator.stop()
+        finally:
+            cluster.down()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "realnode.json").write_text(json.dumps({"summary": summary}, indent=2) + "\n")
+    print(json.dumps(summary, indent=2))
+
+
+def rollout_seconds(kubeconfig: Path, node) -> float:
+    kube = Kube(kubernetes.config.new_client_from_config(config_file=str(kubeconfig)))
+    namespace, profile = "bench-realnode", "bench-realnode"
+    kube.core.create_namespace({"metadata": {"name": namespace}})
+    wait_for(lambda: kube.core.list_namespaced_service_account(namespace).items, what="the default ServiceAccount")
+    automatic = {"strategy": "PatchBoundVolumes", "approval": "Automatic"}
+    backend = {"provisioner": "nfs.csi.k8s.io"}
+    kube.apply_profile(profile_body(profile, "cached", backend=backend, rollout=automatic))
+    wait_for(lambda: kube.classes_of(profile), timeout=120, what="v1")
+    pv = make_volume(kube, node, namespace, "pv-bench", f"{profile}-v1", class_options(kube, f"{profile}-v1"),
+                     "/bench")
+    kube.apps.create_namespaced_deployment(namespace, {
+        "metadata": {"name": "web"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}}, "spec": pod_spec(pv, pinned=False)}},
+    })
+    wait_for(lambda: (pods := kube.core.list_namespaced_pod(namespace, label_selector="app=web").items)
+             and pods[0].status.phase == "Running", timeout=900, interval=2, what=f"web Running on {NODE_NAME}")
+    started = time.monotonic()
+    kube.apply_profile(profile_body(profile, "coherent", backend=backend, rollout=automatic))
+
+    def complete():
+        rollout = ((kube.profile(profile) or {}).get("status") or {}).get("rollout") or {}
+        return rollout.get("phase") == "Complete" and rollout.get("targetStorageClassName") == f"{profile}-v2"
+
+    wait_for(complete, timeout=1800, interval=1, what="the rollout Complete")
+    return round(time.monotonic() - started, 1)
+
+
+if __name__ == "__main__":
+    main()
