@@ -6,19 +6,28 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 STATE ?= .state/dev-cluster
 PYTEST_ARGS ?=
+#: Hash-locked dependencies (runtime, test and bench extras, build backend), resolved by `make lock` with uv.
+LOCK := requirements/dev.txt
+UV_VERSION := 0.13.9
 
-.PHONY: help venv testbin lint crds docs test unit integration run bench chart clean
+.PHONY: help venv lock testbin lint crds docs test unit integration run bench chart clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,bench]'
+	$(BIN)/pip install --quiet --require-hashes --no-deps -r $(LOCK)
+	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
+	$(BIN)/pip check
 	touch $(STAMP)
 
-venv: $(STAMP) ## Create the virtual environment with the project and its test extras
+venv: $(STAMP) ## Create the virtual environment from the lock (requirements/dev.txt) with the project editable
+
+lock: ## Re-resolve requirements/*.txt from pyproject.toml (uv, hashes); commit the result
+	$(PYTHON) -m venv .state/lock-tools
+	.state/lock-tools/bin/pip install --quiet uv==$(UV_VERSION)
+	hack/lock.sh .state/lock-tools/bin/uv
 
 testbin: ## Build etcd, the Kubernetes control plane, kwok and helm from source (cached outside the checkout)
 	hack/testbin/build.sh >/dev/null
