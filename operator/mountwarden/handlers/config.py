@@ -37,3 +37,5 @@ class OperatorConfig:
     enforce_configuration: str | None = None
     #: A label key this replica keeps on its own pod while it answers admission.
     active_label: str | None = None
+    #: Publish findings as wgpolicyk8s.io PolicyReports (when their CRDs are served).
+    policy_reports: bool = False

@@ -26,8 +26,9 @@ from mountwarden.core.credits import (
     credit_condition,
     forecast_credits,
 )
+from mountwarden.core.policyreport import credit_findings
 from mountwarden.core.presets import EFS_PROVISIONER
-from mountwarden.handlers import metrics
+from mountwarden.handlers import findings, metrics
 from mountwarden.handlers.errors import retry_transient
 
 PROFILE = (GROUP, VERSION, PLURAL)
@@ -180,3 +181,4 @@ def watch_credits(name: str, body: kopf.Body, spec: kopf.Spec, status: kopf.Stat
         post = kopf.warn if credits["state"] in ("Draining", "Empty", "Trap") else kopf.info
         post(body, reason=f"Credits{credits['state']}", message=f"{target.file_system_id}: {credits['message']}")
     metrics.record_credits(name, credits)
+    findings.publish(memo, name, findings.CREDITS, credit_findings(name, credits))

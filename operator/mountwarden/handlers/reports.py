@@ -27,8 +27,9 @@ from mountwarden.core.compliance import (
     assess,
 )
 from mountwarden.core.conditions import find_condition
+from mountwarden.core.policyreport import compliance_findings
 from mountwarden.core.storageclass import PROFILE_LABEL
-from mountwarden.handlers import metrics
+from mountwarden.handlers import findings, metrics
 from mountwarden.handlers.errors import retry_transient
 
 PROFILE = (GROUP, VERSION, PROFILES)
@@ -167,6 +168,7 @@ def assess_compliance(
     if not current or (current["status"], current["reason"], current["message"]) != (state, reason, message):
         memo.conditions.set(name, "Compliant", state, reason, message, meta.get("generation"))
     metrics.record_compliance(name, compliance.counts(), compliance.sqlite_databases)
+    findings.publish(memo, name, findings.COMPLIANCE, compliance_findings(name, compliance.verdicts))
 
 
 @kopf.on.event(GROUP, VERSION, REPORTS)

@@ -103,6 +103,8 @@ def register_handlers(config: OperatorConfig) -> None:
     import mountwarden.handlers.rollouts  # noqa: F401
     if config.webhook_mode != WebhookMode.OFF:
         import mountwarden.handlers.admission  # noqa: F401
+    if config.policy_reports:
+        import mountwarden.handlers.policyreports  # noqa: F401
 
 
 def run(config: OperatorConfig, *, standalone: bool = True, liveness_endpoint: str | None = None,
