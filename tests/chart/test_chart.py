@@ -457,7 +457,21 @@ CLIENT_CALLS = {
         ("admissionregistration.k8s.io", "validatingwebhookconfigurations", "patch", ENFORCE_NAME)],
     # Only in local mode (a stopped operator withdraws the configuration it registered): never in a cluster.
     "delete_validating_webhook_configuration": [],
+    # PolicyReports, only with policyReports.enabled (POLICY_REPORT_CALLS); discovery needs no role.
+    "get_api_resources": [],
+    "create_namespaced_custom_object": [],
+    "create_cluster_custom_object": [],
+    "patch_namespaced_custom_object": [],
+    "patch_cluster_custom_object": [],
+    "delete_namespaced_custom_object": [],
+    "delete_cluster_custom_object": [],
 }
+REPORTS_NAME = "mountwarden"
+POLICY_REPORT_CALLS = [
+    (group, resource, verb, *name)
+    for group, resource in (("wgpolicyk8s.io", "policyreports"), ("wgpolicyk8s.io", "clusterpolicyreports"))
+    for verb, *name in (("list",), ("create",), ("patch", REPORTS_NAME), ("delete", REPORTS_NAME))
+]
 # What kopf itself calls: peering, discovery of CRDs, Events. Watched resources come from its registry.
 KOPF_CALLS = [
     ("kopf.dev", "clusterkopfpeerings", "list"), ("kopf.dev", "clusterkopfpeerings", "watch"),
@@ -494,8 +508,9 @@ def kopf_needs() -> list[tuple]:
     return needs
 
 
-def needs() -> list[tuple]:
-    return [*KOPF_CALLS, *kopf_needs(), *(need for name in client_calls() for need in CLIENT_CALLS[name])]
+def needs(*, policy_reports: bool = False) -> list[tuple]:
+    return [*KOPF_CALLS, *kopf_needs(), *(need for name in client_calls() for need in CLIENT_CALLS[name]),
+            *(POLICY_REPORT_CALLS if policy_reports else [])]
 
 
 def allows(roles: list[dict], group: str, resource: str, verb: str, name: str | None = None,
@@ -530,6 +545,25 @@ def test_the_operator_is_granted_nothing_it_does_not_call(default):
     wanted = {(group, resource, verb) for group, resource, verb, *_ in needs()}
     granted = {(group, resource, verb)
                for role in operator_roles(default) for rule in role["rules"]
+               for group in rule["apiGroups"] for resource in rule["resources"] for verb in rule["verbs"]}
+    assert granted - wanted == set()
+
+
+def test_policy_reports_are_opt_in_with_their_flag_and_exactly_their_rbac(default, render):
+    assert "--policy-reports" not in container(find(default, "Deployment"))["args"]
+    assert not any(allows(operator_roles(default), *need) for need in POLICY_REPORT_CALLS)
+    docs = render("--set", "policyReports.enabled=true")
+    subcommand, *args = container(find(docs, "Deployment"))["args"]
+    assert "--policy-reports" in args
+    from mountwarden.cli import app
+
+    typer.main.get_command(app).commands[subcommand].make_context(subcommand, list(args))
+    roles = operator_roles(docs)
+    missing = [need for need in needs(policy_reports=True) if not allows(roles, *need)]
+    assert not missing, f"the operator's roles lack: {missing}"
+    assert not allows(roles, "wgpolicyk8s.io", "policyreports", "delete", "someone-elses")
+    wanted = {(group, resource, verb) for group, resource, verb, *_ in needs(policy_reports=True)}
+    granted = {(group, resource, verb) for role in roles for rule in role["rules"]
                for group in rule["apiGroups"] for resource in rule["resources"] for verb in rule["verbs"]}
     assert granted - wanted == set()
 
