@@ -47,8 +47,17 @@ lint: venv ## ruff, the import-layer contracts, and generated files up to date
 	$(BIN)/mountwarden crds --output-dir crds --check
 	$(BIN)/mountwarden docs --output-dir docs/reference --check
 
-test: venv testbin lint ## Lint and run the whole suite against a real local control plane
-	MOUNTWARDEN_TESTBIN_DIR=$$(hack/testbin/build.sh) $(BIN)/python -m pytest $(PYTEST_ARGS)
+# MOUNTWARDEN_TEST_CLUSTER=existing: the cluster in KUBECONFIG; kubectl and helm from PATH (the control plane
+# is built only when they are missing there, or for the tests that need it).
+ifeq ($(MOUNTWARDEN_TEST_CLUSTER),existing)
+TEST_NEEDS := venv lint
+TEST_ENV :=
+else
+TEST_NEEDS := venv testbin lint
+TEST_ENV = MOUNTWARDEN_TESTBIN_DIR=$$(hack/testbin/build.sh)
+endif
+test: $(TEST_NEEDS) ## Lint and run the whole suite against a real local control plane (or KUBECONFIG's, see README)
+	$(TEST_ENV) $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 unit: venv ## Only the fast unit tests (no control plane)
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
+import shutil
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
@@ -36,8 +38,12 @@ KUBE_VERSION = next(line.split("=", 1)[1] for line in (ROOT / "hack/testbin/vers
 
 
 @pytest.fixture(scope="module")
-def helm(testbin, tmp_path_factory) -> Path:
-    return testbin.helm
+def helm(request) -> Path:
+    """helm of $MOUNTWARDEN_TESTBIN_DIR (make test), else the one on PATH, else built with the control plane."""
+    on_path = shutil.which("helm")
+    if on_path and not os.environ.get("MOUNTWARDEN_TESTBIN_DIR"):
+        return Path(on_path)
+    return request.getfixturevalue("testbin").helm
 
 
 @pytest.fixture(scope="module")
