@@ -150,7 +150,7 @@ def test_each_profile_and_source_replaces_only_its_own_findings():
     assert [r["policy"] for r in plan.writes["data"]["results"]] == ["p", "q"]
     assert [r["rule"] for r in plan.writes[None]["results"]] == ["CreditsEmpty"]
     apply(book, plan)
-    book.forget("q")
+    book.forget("q", T0)
     plan = book.plan(T0)
     assert [r["policy"] for r in plan.writes["data"]["results"]] == ["p"] and plan.deletes == [None]
 
@@ -180,3 +180,11 @@ def test_a_finding_identity_ignores_its_message():
     two = ReportFinding("p", "OptionMismatch", "error", "second", pod, {"volume": "pv-1", "option": "acregmax"})
     other = ReportFinding("p", "OptionMismatch", "error", "first", pod, {"volume": "pv-2", "option": "acregmax"})
     assert one.identity == two.identity != other.identity
+
+
+def test_a_write_that_failed_is_planned_again_until_it_is_confirmed():
+    book = book_with(compliance_findings("p", [drifted("a", "data", drift())]))
+    assert list(book.plan(T0).writes) == ["data"]
+    assert list(book.plan(T0 + timedelta(seconds=30)).writes) == ["data"], "not confirmed: still due"
+    apply(book, book.plan(T0 + timedelta(seconds=60)))
+    assert not book.plan(T0 + timedelta(seconds=90))

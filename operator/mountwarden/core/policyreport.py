@@ -160,54 +160,75 @@ class ReportPlan:
 class PolicyReportBook:
     """The findings of every profile, by source (compliance, credits), and what the reports hold.
 
-    Reports left by an earlier run of the operator (``existing``) are kept until ``grace`` has passed since
-    ``started_at``, so that every profile has been checked again before a report nobody claims is deleted:
-    a restart neither empties a UI nor makes it flicker.
+    Only the reports a change touches are rebuilt, and each stays due until its write or delete is confirmed
+    (`written`, `deleted`), so a failed write is retried by the next plan. Reports left by an earlier run of
+    the operator (``existing``) are kept until ``grace`` has passed since ``started_at``, so that every profile
+    has been checked again before a report nobody claims is deleted: a restart neither empties a UI nor makes
+    it flicker.
     """
 
     def __init__(self, started_at: datetime, grace: timedelta, existing: Iterable[ReportKey] = ()) -> None:
         self._findings: dict[tuple[str, str], tuple[ReportFinding, ...]] = {}
+        self._by_report: dict[ReportKey, dict[tuple[str, str], list[ReportFinding]]] = {}
         self._first_seen: dict[tuple, datetime] = {}
         self._written: dict[ReportKey, str] = {}
+        self._due: set[ReportKey] = set()
         self._inherited: set[ReportKey] = set(existing)
         self._sweep_after = started_at + grace
 
     def record(self, profile: str, source: str, findings: Iterable[ReportFinding], now: datetime) -> None:
         """Replace what ``source`` found for ``profile``."""
-        found = tuple(findings)
-        if found:
-            self._findings[(profile, source)] = found
-        else:
-            self._findings.pop((profile, source), None)
+        key, found = (profile, source), tuple(findings)
+        old = self._findings.get(key, ())
+        if found == old:
+            return
+        for report in {finding.report for finding in old}:
+            self._by_report.get(report, {}).pop(key, None)
+            self._due.add(report)
         for finding in found:
+            self._by_report.setdefault(finding.report, {}).setdefault(key, []).append(finding)
+            self._due.add(finding.report)
             self._first_seen.setdefault(finding.identity, now)
+        for gone in {f.identity for f in old} - {f.identity for f in found}:
+            self._first_seen.pop(gone, None)
+        if found:
+            self._findings[key] = found
+        else:
+            self._findings.pop(key, None)
 
-    def forget(self, profile: str) -> None:
+    def forget(self, profile: str, now: datetime) -> None:
         """A deleted profile's findings go with it."""
-        for key in [key for key in self._findings if key[0] == profile]:
-            del self._findings[key]
+        for profile_, source in [key for key in self._findings if key[0] == profile]:
+            self.record(profile_, source, (), now)
 
     def plan(self, now: datetime) -> ReportPlan:
-        by_report: dict[ReportKey, list[ReportFinding]] = {}
-        for findings in self._findings.values():
-            for finding in findings:
-                by_report.setdefault(finding.report, []).append(finding)
-        live = {finding.identity for findings in by_report.values() for finding in findings}
-        self._first_seen = {identity: at for identity, at in self._first_seen.items() if identity in live}
-        desired = {key: report_body(key, findings, self._first_seen) for key, findings in by_report.items()}
-        writes = {key: body for key, body in desired.items() if self._written.get(key) != _fingerprint(body)}
-        stale = [key for key in self._written if key not in desired]
+        writes: dict[ReportKey, dict] = {}
+        deletes: list[ReportKey] = []
         if now >= self._sweep_after:
-            stale += [key for key in self._inherited if key not in desired and key not in self._written]
-        return ReportPlan(writes, sorted(stale, key=lambda key: (key is None, key or "")))
+            self._due |= self._inherited
+        for key in list(self._due):
+            findings = [finding for group in self._by_report.get(key, {}).values() for finding in group]
+            if findings:
+                body = report_body(key, findings, self._first_seen)
+                if self._written.get(key) != _fingerprint(body):
+                    writes[key] = body
+                    continue
+            elif key in self._written or key in self._inherited:
+                deletes.append(key)
+                continue
+            self._due.discard(key)  # nothing to do for it
+        return ReportPlan(writes, sorted(deletes, key=lambda key: (key is None, key or "")))
 
     def written(self, key: ReportKey, body: dict) -> None:
         self._written[key] = _fingerprint(body)
         self._inherited.discard(key)
+        self._due.discard(key)
 
     def deleted(self, key: ReportKey) -> None:
         self._written.pop(key, None)
         self._inherited.discard(key)
+        self._due.discard(key)
+        self._by_report.pop(key, None)
 
 
 def _fingerprint(body: dict) -> str:

@@ -37,9 +37,10 @@ class PolicyReportPublisher:
             self._sync(now)
 
     def forget(self, profile: str) -> None:
+        now = datetime.now(UTC)
         with self._lock:
-            self.book.forget(profile)
-            self._sync(datetime.now(UTC))
+            self.book.forget(profile, now)
+            self._sync(now)
 
     def _sync(self, now: datetime) -> None:
         plan = self.book.plan(now)

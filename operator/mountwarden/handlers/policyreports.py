@@ -8,6 +8,7 @@ import logging
 from datetime import UTC, datetime, timedelta
 
 import kopf
+from kubernetes.client import ApiException
 
 from mountwarden.adapters.policyreports import PolicyReports
 from mountwarden.api.base import GROUP, VERSION
@@ -27,13 +28,18 @@ log = logging.getLogger("mountwarden.policyreports")
 @retry_transient
 def start_policy_reports(memo: kopf.Memo, **_) -> None:
     reports = PolicyReports(memo.kube_client)
-    missing = reports.missing_resources()
+    try:
+        missing = reports.missing_resources()
+        existing = [] if missing else reports.existing()
+    except ApiException as error:  # e.g. 403: the role lacks the report rules (the chart's policyReports.enabled)
+        log.warning(f"PolicyReports are off: reading them failed ({error.status} {error.reason}); the operator "
+                    "needs list, create, patch and delete on policyreports and clusterpolicyreports.wgpolicyk8s.io.")
+        return
     if missing:
         log.warning(f"PolicyReports are off: the API server does not serve {' and '.join(missing)}. Install the "
                     "wgpolicyk8s.io v1alpha2 CRDs (Kyverno and Policy Reporter ship them) and restart the operator.")
         return
-    memo.policy_reports = PolicyReportPublisher(reports, PolicyReportBook(datetime.now(UTC), GRACE,
-                                                                          reports.existing()))
+    memo.policy_reports = PolicyReportPublisher(reports, PolicyReportBook(datetime.now(UTC), GRACE, existing))
     log.info("PolicyReports on: findings go to the PolicyReport 'mountwarden' of each namespace and the "
              "ClusterPolicyReport 'mountwarden'")
 
