@@ -188,3 +188,27 @@ def test_a_write_that_failed_is_planned_again_until_it_is_confirmed():
     assert list(book.plan(T0 + timedelta(seconds=30)).writes) == ["data"], "not confirmed: still due"
     apply(book, book.plan(T0 + timedelta(seconds=60)))
     assert not book.plan(T0 + timedelta(seconds=90))
+
+
+SCHEMA_WORDS = {"type", "description", "properties", "items", "required", "enum", "format", "additionalProperties"}
+
+
+def schema_words_misused(node, path="") -> list[str]:
+    """Keys of a schema node that are no OpenAPI word (a YAML slip that makes the API server refuse the CRD)."""
+    if not isinstance(node, dict):
+        return []
+    odd = [f"{path}.{key}" for key in node if key not in SCHEMA_WORDS and not path.endswith("properties")]
+    return odd + [found for key, child in node.items() for found in schema_words_misused(child, f"{path}.{key}")]
+
+
+@pytest.mark.parametrize(("name", "kind", "scope"), [("policyreports", "PolicyReport", "Namespaced"),
+                                                     ("clusterpolicyreports", "ClusterPolicyReport", "Cluster")])
+def test_the_shipped_crds_are_the_v1alpha2_reports_with_a_clean_schema(name, kind, scope):
+    text = (CRDS / f"wgpolicyk8s.io_{name}.yaml").read_text()
+    assert "kubernetes-sigs/wg-policy-prototypes" in text and "at commit" in text  # where it was written from
+    crd = yaml.safe_load(text)
+    assert (crd["metadata"]["name"], crd["spec"]["names"]["kind"], crd["spec"]["scope"]) == (
+        f"{name}.wgpolicyk8s.io", kind, scope)
+    (version,) = crd["spec"]["versions"]
+    assert version["name"] == "v1alpha2" and version["served"] and version["storage"]
+    assert schema_words_misused(version["schema"]["openAPIV3Schema"]) == []
