@@ -136,9 +136,10 @@ def test_pod_findings_appear_update_and_clear_in_the_namespaces_report(cluster, 
                     and b, timeout=90, what="the SQLite finding to leave the report")
     assert {r["resources"][0]["name"] for r in body["results"]} == {"drifted"}
 
-    # Clear: the profile declares what is mounted; no finding is left, and the report is deleted.
+    # Clear: the profile declares what is mounted (a merge patch: null removes the preset); no finding is
+    # left, and the report is deleted.
     exact = profile_body(profile, backend={"provisioner": "nfs.csi.k8s.io"})
-    exact["spec"].pop("cachePolicy")
+    exact["spec"]["cachePolicy"] = None
     exact["spec"]["mountOptions"] = ["vers=4.2", "hard"]
     kube.apply_profile(exact)
     wait_for(lambda: report(kube, namespace) is None, timeout=90, what="the report to be deleted")
