@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make run`: a local control plane, the operator and the demo, in one command. Ctrl-C stops everything.
 # What it prints is what the operator found: the profiles, the classes it made, the admission warning and the
-# findings (status, Events, PolicyReports), printed again whenever they change. The operator's own log is in a
+# findings (status, the operator's Events, PolicyReports), printed again whenever they change. The operator's own log is in a
 # file (named below).
 set -euo pipefail
 state=${1:-.state/dev-cluster}
@@ -12,13 +12,18 @@ log() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 
 operator_pid=
 cleanup() {
-  trap - INT TERM EXIT
-  log "stopping the operator and the control plane"
-  if [ -n "$operator_pid" ]; then kill "$operator_pid" 2>/dev/null || true; wait "$operator_pid" 2>/dev/null || true; fi
-  "$mw" dev-cluster down --state-dir "$state" >/dev/null 2>&1 || true
-  echo "stopped."
+  # Stop everything even when Ctrl-C comes again, the terminal is gone, or the output's reader died
+  # (make run | tee): a write that fails must not end the script before the control plane is down.
+  set +e
+  trap - EXIT
+  trap '' INT TERM HUP PIPE
+  log "stopping the operator and the control plane" 2>/dev/null
+  if [ -n "$operator_pid" ]; then kill "$operator_pid" 2>/dev/null; wait "$operator_pid" 2>/dev/null; fi
+  "$mw" dev-cluster down --state-dir "$state" >/dev/null 2>&1
+  echo "stopped." 2>/dev/null
+  exit 0
 }
-trap cleanup INT TERM EXIT
+trap cleanup INT TERM HUP EXIT
 
 "$mw" dev-cluster down --state-dir "$state" >/dev/null 2>&1 || true  # a previous run killed hard
 log "starting the local control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok)"
@@ -61,12 +66,15 @@ found() {
   echo "Their versioned StorageClasses:"
   kubectl get storageclasses -l mountwarden.io/profile -o custom-columns='CLASS:.metadata.name,SUPERSEDED-BY:.metadata.annotations.mountwarden\.io/superseded-by,MOUNT-OPTIONS:.mountOptions'
   echo
-  echo "Compliance, as each profile's status says it:"
-  kubectl get storageprofiles -o jsonpath='{range .items[*]}  {.metadata.name}: {.status.conditions[?(@.type=="Compliant")].message}{"\n"}{end}'
+  echo "Compliance and credits, as each profile's status says them:"
+  kubectl get storageprofiles -o jsonpath='{range .items[*]}  {.metadata.name}: {.status.conditions[?(@.type=="Compliant")].message}{"\n"}    credits: {.status.credits.message}{"\n"}{end}'
   echo
-  echo "Findings: Warning Events (newest last) and PolicyReports (one per namespace, one cluster-wide):"
-  kubectl get events -A --field-selector type=Warning --sort-by=.lastTimestamp \
-    -o custom-columns='KIND:.involvedObject.kind,NAME:.involvedObject.name,REASON:.reason,MESSAGE:.message' 2>/dev/null | tail -n 6
+  echo "What the operator said (its Events on profiles and pods, oldest first):"
+  kubectl get events -A --field-selector source=kopf --sort-by=.metadata.creationTimestamp \
+    -o custom-columns='KIND:.involvedObject.kind,NAME:.involvedObject.name,TYPE:.type,REASON:.reason,MESSAGE:.message' |
+    { IFS= read -r header && echo "$header"; tail -n 8; }
+  echo
+  echo "Findings as PolicyReports (one per namespace, one cluster-wide):"
   kubectl get policyreports,clusterpolicyreports -A 2>&1 | sed 's/^No resources found.*/  none: no pod mounts a volume here (kwok nodes have no \/proc), so nothing has drifted yet/'
 }
 
