@@ -6,19 +6,28 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 STATE ?= .state/dev-cluster
 PYTEST_ARGS ?=
+#: Hash-locked dependencies (runtime, test and bench extras, build backend), resolved by `make lock` with uv.
+LOCK := requirements/dev.txt
+UV_VERSION := 0.13.9
 
-.PHONY: help venv testbin lab kernel-facts lint crds docs test unit integration run bench chart clean
+.PHONY: help venv lock testbin lab kernel-facts lint crds docs test unit integration run bench chart clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,bench]'
+	$(BIN)/pip install --quiet --require-hashes --no-deps -r $(LOCK)
+	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
+	$(BIN)/pip check
 	touch $(STAMP)
 
-venv: $(STAMP) ## Create the virtual environment with the project and its test extras
+venv: $(STAMP) ## Create the virtual environment from the lock (requirements/dev.txt) with the project editable
+
+lock: ## Re-resolve requirements/*.txt from pyproject.toml (uv, hashes); commit the result
+	$(PYTHON) -m venv .state/lock-tools
+	.state/lock-tools/bin/pip install --quiet uv==$(UV_VERSION)
+	hack/lock.sh .state/lock-tools/bin/uv
 
 testbin: ## Build etcd, the Kubernetes control plane, kwok and helm from source (cached outside the checkout)
 	hack/testbin/build.sh >/dev/null
@@ -44,9 +53,18 @@ lint: venv ## ruff, the import-layer contracts, and generated files up to date
 	$(BIN)/mountwarden crds --output-dir crds --check
 	$(BIN)/mountwarden docs --output-dir docs/reference --check
 
-test: venv testbin lab lint ## Lint and run the whole suite: a real local control plane, a real kernel in QEMU
-	MOUNTWARDEN_TESTBIN_DIR=$$(hack/testbin/build.sh) MOUNTWARDEN_LAB_DIR=$$(hack/lab/build.sh) \
-		$(BIN)/python -m pytest $(PYTEST_ARGS)
+# MOUNTWARDEN_TEST_CLUSTER=existing: the cluster in KUBECONFIG; kubectl and helm from PATH (the control plane
+# is built only when they are missing there, or for the tests that need it). The kernel tests need the lab
+# either way: no cluster has a kernel to spare for them.
+ifeq ($(MOUNTWARDEN_TEST_CLUSTER),existing)
+TEST_NEEDS := venv lab lint
+TEST_ENV = MOUNTWARDEN_LAB_DIR=$$(hack/lab/build.sh)
+else
+TEST_NEEDS := venv testbin lab lint
+TEST_ENV = MOUNTWARDEN_TESTBIN_DIR=$$(hack/testbin/build.sh) MOUNTWARDEN_LAB_DIR=$$(hack/lab/build.sh)
+endif
+test: $(TEST_NEEDS) ## Lint and run the whole suite: a real control plane (local, or KUBECONFIG's: see README), a real kernel in QEMU
+	$(TEST_ENV) $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 unit: venv ## Only the fast unit tests (no control plane)
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)

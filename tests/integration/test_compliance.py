@@ -7,9 +7,10 @@ writes the node's report, and the operator compares it with the profiles.
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
-from tests.procroot import Mount, Process, assemble_proc_root
+from tests.procroot import AssembledProcRoot, Mount, Process, assemble_proc_root
 from tests.support import profile_body, wait_for
 
 pytestmark = pytest.mark.cluster
@@ -40,6 +41,26 @@ def pod_with(kube, namespace, node, name, claim):
     })
     return wait_for(lambda: (pod := kube.core.read_namespaced_pod(name, namespace)).status.phase == "Running"
                     and pod.metadata.uid, timeout=60, what=f"pod {name} Running")
+
+
+def sqlite_proc_root(path: Path, mounts: list[Mount], database: Mount, pod_uid: str) -> AssembledProcRoot:
+    """A proc root of ``mounts`` where a process of the pod ``pod_uid`` holds SQLite's shared lock on a file of
+    ``database``'s volume, as a reader of a database in rollback-journal mode does."""
+    cgroup = (f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{pod_uid.replace('-', '_')}"
+              f".slice/cri-containerd-{'c' * 64}.scope\n")
+    assembled = assemble_proc_root(path, mounts, locks=None, processes=[Process(4242, cgroup=cgroup, maps="")])
+    major, minor = assembled.superblocks[assembled.mount_point(database)].split(":")
+    (assembled.path / "locks").write_text(
+        f"1: POSIX  ADVISORY  READ  4242 {int(major):02x}:{int(minor):02x}:77 {SQLITE_SHARED_RANGE}\n")
+    return assembled
+
+
+def report_once(cluster, node: str, proc_root: Path) -> None:
+    """`mountwarden agent --once`: the node's report, written from ``proc_root``."""
+    agent = subprocess.run([sys.executable, "-m", "mountwarden", "agent", "--once", "--node-name", node,
+                            "--proc-root", str(proc_root), "--kubeconfig", str(cluster.kubeconfig)],
+                           capture_output=True, text=True, timeout=120)
+    assert agent.returncode == 0, agent.stderr
 
 
 def compliance(kube, name):
@@ -77,19 +98,8 @@ def test_drift_shared_superblock_and_sqlite_reach_status_and_events(cluster, kub
         Mount(pvs["shared"][0], pod_uid=uids["shared"], superblock="shared"),
         Mount(pvs["db"][0], pod_uid=uids["db"], sample_mount="/D"),
     ]
-    container = "c" * 64
-    cgroup = (f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uids['db'].replace('-', '_')}"
-              f".slice/cri-containerd-{container}.scope\n")
-    assembled = assemble_proc_root(tmp_path / "proc", mounts, locks=None,
-                                   processes=[Process(4242, cgroup=cgroup, maps="")])
-    major, minor = assembled.superblocks[assembled.mount_point(mounts[3])].split(":")
-    (assembled.path / "locks").write_text(
-        f"1: POSIX  ADVISORY  READ  4242 {int(major):02x}:{int(minor):02x}:77 {SQLITE_SHARED_RANGE}\n")
-
-    agent = subprocess.run([sys.executable, "-m", "mountwarden", "agent", "--once", "--node-name", node,
-                            "--proc-root", str(assembled.path), "--kubeconfig", str(cluster.kubeconfig)],
-                           capture_output=True, text=True, timeout=120)
-    assert agent.returncode == 0, agent.stderr
+    assembled = sqlite_proc_root(tmp_path / "proc", mounts, mounts[3], uids["db"])
+    report_once(cluster, node, assembled.path)
 
     drifted = wait_for(lambda: (c := compliance(kube, strict_name)) and c["volumes"]["drifted"] == 2 and c,
                        timeout=60, what="two drifted volumes in the strict profile")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from tests.credit_scenarios import HOUR, nightly_drain
 from tests.integration.moto_server import aligned_now, seed, seed_scenario
-from tests.integration.test_compliance import pod_with, volume_for
+from tests.integration.test_compliance import pod_with, report_once, volume_for
 from tests.procroot import Mount, assemble_proc_root
 from tests.support import profile_body, wait_for
 
@@ -93,10 +93,7 @@ def test_a_nightly_drain_reads_draining_and_the_status_names_who_drains(
     uids = {role: pod_with(kube, namespace, node, role, pv) for role, (pv, _, _) in volumes.items()}
     mounts = [Mount(pv, pod_uid=uids[role], sample_mount=sample) for role, (pv, _, sample) in volumes.items()]
     assembled = assemble_proc_root(tmp_path / "proc", mounts)
-    agent = subprocess.run([sys.executable, "-m", "mountwarden", "agent", "--once", "--node-name", node,
-                            "--proc-root", str(assembled.path), "--kubeconfig", str(cluster.kubeconfig)],
-                           capture_output=True, text=True, timeout=120)
-    assert agent.returncode == 0, agent.stderr
+    report_once(cluster, node, assembled.path)
 
     credits = wait_for(lambda: (c := credits_of(kube, scratch)) and c["state"] == "Draining"
                        and len((c.get("consumers") or {}).get("top", [])) == 2 and c,

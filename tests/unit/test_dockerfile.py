@@ -94,6 +94,16 @@ def test_the_first_stage_builds_wheels_and_the_second_installs_only_those():
     assert not any(i.keyword == "COPY" and "--from" not in i.arguments for i in final)  # no sources in the image
 
 
+def test_the_image_installs_the_locked_dependencies_with_their_hashes():
+    build, final = stages()
+    build_runs = " ".join(i.arguments for i in build if i.keyword == "RUN")
+    assert "--require-hashes" in build_runs and "-r requirements/runtime.txt" in build_runs
+    assert "-r requirements/build.txt" in build_runs and "--no-build-isolation" in build_runs  # the locked backend
+    (install,) = [i.arguments for i in final if i.keyword == "RUN" and "pip install" in i.arguments]
+    assert "--require-hashes" in install and "runtime.txt" in install
+    assert all("--no-deps" in command for command in install.split("&&")), "every install takes the lock as it is"
+
+
 def test_the_image_runs_as_a_named_non_root_user():
     final = stages()[-1]
     users = [i.arguments for i in final if i.keyword == "USER"]
@@ -135,9 +145,11 @@ def test_what_the_build_copies_is_in_the_context_and_is_what_the_wheel_needs():
         assert not dockerignored(source.rstrip("/"), patterns), f"COPY {source}: .dockerignore leaves it out"
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     package_dir = project["tool"]["setuptools"]["packages"]["find"]["where"][0]
-    needed = {"pyproject.toml", project["project"]["readme"], "LICENSE", f"{package_dir}/"}
+    needed = {"pyproject.toml", project["project"]["readme"], "LICENSE", f"{package_dir}/", "requirements/runtime.txt",
+              "requirements/build.txt"}
     assert needed <= set(copied)
     for kept_out in (".venv/bin/python", ".git/HEAD", "tests/conftest.py", "charts/mountwarden/Chart.yaml",
+                     "requirements/dev.txt",
                      "operator/mountwarden/__pycache__/x.pyc"):
         assert dockerignored(kept_out, patterns), f"{kept_out} would be sent to the build"
 

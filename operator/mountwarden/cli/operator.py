@@ -127,6 +127,11 @@ def operator_command(
         help="In a pod ($POD_NAME, $POD_NAMESPACE): keep this label (value \"true\") on the pod while this "
              "replica is the active peer with its admission indexes filled, so that a Service selecting it "
              "routes webhook requests to the active replica only.")] = None,
+    policy_reports: Annotated[bool, typer.Option(
+        "--policy-reports/--no-policy-reports", envvar="MOUNTWARDEN_POLICY_REPORTS",
+        help="Publish findings (drift, SQLite on NFS, shared superblocks, ignored nconnect, draining credits) as "
+             "wgpolicyk8s.io/v1alpha2 PolicyReports, one per namespace, and a ClusterPolicyReport. Needs their "
+             "CRDs (Kyverno and Policy Reporter ship them); without them the operator says so once and runs on.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every handler and API call.")] = False,
 ) -> None:
     """Run the controller: StorageProfiles into versioned StorageClasses, and more as issues land."""
@@ -164,7 +169,7 @@ def operator_command(
             webhook_service=webhook_service, enforce_configuration=enforce_configuration, active_label=active_label,
             collect_interval=collect_interval, credit_interval=credit_interval,
             compliance_interval=compliance_interval, rollout_interval=rollout_interval,
-            report_stale_after=report_stale_after,
+            report_stale_after=report_stale_after, policy_reports=policy_reports,
         ),
         standalone=standalone,
         liveness_endpoint=liveness,

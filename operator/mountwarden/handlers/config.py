@@ -47,3 +47,5 @@ class OperatorConfig:
     rollout_interval: float = 5.0
     #: A report older than this proves nothing: the agent heartbeats every 5 minutes.
     report_stale_after: float = 900.0
+    #: Publish findings as wgpolicyk8s.io PolicyReports (when their CRDs are served).
+    policy_reports: bool = False

@@ -38,7 +38,8 @@ from mountwarden.core.credits.consumers import (
     summarize_consumers,
 )
 from mountwarden.core.credits.consumers import watched_file_system as profile_file_system
-from mountwarden.handlers import metrics
+from mountwarden.core.policyreport import credit_findings
+from mountwarden.handlers import findings, metrics
 from mountwarden.handlers.config import OperatorConfig
 from mountwarden.handlers.errors import retry_transient
 
@@ -207,6 +208,7 @@ def watch_credits(name: str, body: kopf.Body, spec: kopf.Spec, status: kopf.Stat
         post(body, reason=f"Credits{credits['state']}", message=f"{target.file_system_id}: {credits['message']}")
     metrics.record_credits(name, credits)
     metrics.record_consumers(target.file_system_id, consumers)
+    findings.publish(memo, name, findings.CREDITS, credit_findings(name, credits))
 
 
 def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:

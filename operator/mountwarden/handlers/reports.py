@@ -16,7 +16,8 @@ from mountwarden.api.storageprofile import PLURAL as PROFILES
 from mountwarden.core.compliance import Consumer, ProfileCompliance, VolumeState, assess
 from mountwarden.core.conditions import find_condition
 from mountwarden.core.nodereport import NodeReport, UnreadableReport
-from mountwarden.handlers import metrics
+from mountwarden.core.policyreport import compliance_findings
+from mountwarden.handlers import findings, metrics
 from mountwarden.handlers.config import OperatorConfig
 from mountwarden.handlers.errors import retry_transient
 from mountwarden.handlers.indexes import one
@@ -68,6 +69,7 @@ def assess_compliance(
     if not current or (current["status"], current["reason"], current["message"]) != (state, reason, message):
         memo.conditions.set(name, "Compliant", state, reason, message, meta.get("generation"))
     metrics.record_compliance(name, compliance.counts(), compliance.sqlite_databases)
+    findings.publish(memo, name, findings.COMPLIANCE, compliance_findings(name, compliance.verdicts))
 
 
 def announce_findings(

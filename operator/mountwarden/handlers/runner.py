@@ -95,12 +95,12 @@ def login(memo: kopf.Memo, **kwargs) -> kopf.ConnectionInfo | None:
 
 def register_handlers(config: OperatorConfig, registry: kopf.OperatorRegistry | None = None) -> kopf.OperatorRegistry:
     """Every handler of the operator, registered with the intervals and modes of ``config``."""
-    from mountwarden.handlers import admission, credits, indexes, profiles, reports, rollouts
+    from mountwarden.handlers import admission, credits, indexes, policyreports, profiles, reports, rollouts
 
     registry = registry if registry is not None else kopf.OperatorRegistry()
     kopf.on.startup(registry=registry)(configure)
     kopf.on.login(registry=registry)(login)
-    for module in (indexes, profiles, reports, rollouts, credits, admission):
+    for module in (indexes, profiles, reports, rollouts, credits, admission, policyreports):
         module.register(registry, config)
     return registry
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
+import shutil
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
@@ -20,6 +22,7 @@ import typer
 import yaml
 from cryptography import x509
 from cryptography.x509.oid import ExtensionOID
+from tests.promql import metric_names, operator_metric_labels, selector_labels
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "mountwarden"
@@ -36,8 +39,12 @@ KUBE_VERSION = next(line.split("=", 1)[1] for line in (ROOT / "hack/testbin/vers
 
 
 @pytest.fixture(scope="module")
-def helm(testbin, tmp_path_factory) -> Path:
-    return testbin.helm
+def helm(request) -> Path:
+    """helm of $MOUNTWARDEN_TESTBIN_DIR (make test), else the one on PATH, else built with the control plane."""
+    on_path = shutil.which("helm")
+    if on_path and not os.environ.get("MOUNTWARDEN_TESTBIN_DIR"):
+        return Path(on_path)
+    return request.getfixturevalue("testbin").helm
 
 
 @pytest.fixture(scope="module")
@@ -456,7 +463,21 @@ CLIENT_CALLS = {
         ("admissionregistration.k8s.io", "validatingwebhookconfigurations", "patch", ENFORCE_NAME)],
     # Only in local mode (a stopped operator withdraws the configuration it registered): never in a cluster.
     "delete_validating_webhook_configuration": [],
+    # PolicyReports, only with policyReports.enabled (POLICY_REPORT_CALLS); discovery needs no role.
+    "get_api_resources": [],
+    "create_namespaced_custom_object": [],
+    "create_cluster_custom_object": [],
+    "patch_namespaced_custom_object": [],
+    "patch_cluster_custom_object": [],
+    "delete_namespaced_custom_object": [],
+    "delete_cluster_custom_object": [],
 }
+REPORTS_NAME = "mountwarden"
+POLICY_REPORT_CALLS = [
+    (group, resource, verb, *name)
+    for group, resource in (("wgpolicyk8s.io", "policyreports"), ("wgpolicyk8s.io", "clusterpolicyreports"))
+    for verb, *name in (("list",), ("create",), ("patch", REPORTS_NAME), ("delete", REPORTS_NAME))
+]
 # What kopf itself calls: peering, discovery of CRDs, Events. Watched resources come from its registry.
 KOPF_CALLS = [
     ("kopf.dev", "clusterkopfpeerings", "list"), ("kopf.dev", "clusterkopfpeerings", "watch"),
@@ -490,8 +511,9 @@ def kopf_needs() -> list[tuple]:
     return needs
 
 
-def needs() -> list[tuple]:
-    return [*KOPF_CALLS, *kopf_needs(), *(need for name in client_calls() for need in CLIENT_CALLS[name])]
+def needs(*, policy_reports: bool = False) -> list[tuple]:
+    return [*KOPF_CALLS, *kopf_needs(), *(need for name in client_calls() for need in CLIENT_CALLS[name]),
+            *(POLICY_REPORT_CALLS if policy_reports else [])]
 
 
 def allows(roles: list[dict], group: str, resource: str, verb: str, name: str | None = None,
@@ -526,6 +548,25 @@ def test_the_operator_is_granted_nothing_it_does_not_call(default):
     wanted = {(group, resource, verb) for group, resource, verb, *_ in needs()}
     granted = {(group, resource, verb)
                for role in operator_roles(default) for rule in role["rules"]
+               for group in rule["apiGroups"] for resource in rule["resources"] for verb in rule["verbs"]}
+    assert granted - wanted == set()
+
+
+def test_policy_reports_are_opt_in_with_their_flag_and_exactly_their_rbac(default, render):
+    assert "--policy-reports" not in container(find(default, "Deployment"))["args"]
+    assert not any(allows(operator_roles(default), *need) for need in POLICY_REPORT_CALLS)
+    docs = render("--set", "policyReports.enabled=true")
+    subcommand, *args = container(find(docs, "Deployment"))["args"]
+    assert "--policy-reports" in args
+    from mountwarden.cli import app
+
+    typer.main.get_command(app).commands[subcommand].make_context(subcommand, list(args))
+    roles = operator_roles(docs)
+    missing = [need for need in needs(policy_reports=True) if not allows(roles, *need)]
+    assert not missing, f"the operator's roles lack: {missing}"
+    assert not allows(roles, "wgpolicyk8s.io", "policyreports", "delete", "someone-elses")
+    wanted = {(group, resource, verb) for group, resource, verb, *_ in needs(policy_reports=True)}
+    granted = {(group, resource, verb) for role in roles for rule in role["rules"]
                for group in rule["apiGroups"] for resource in rule["resources"] for verb in rule["verbs"]}
     assert granted - wanted == set()
 
@@ -582,86 +623,7 @@ def test_the_dashboard_ships_in_a_configmap_for_grafanas_sidecar(render):
         (CHART / "dashboards" / "mountwarden.json").read_text())
 
 
-def exported_series() -> set[str]:
-    """Every series name the operator and the agent export, with the suffixes Prometheus sees."""
-    from prometheus_client import REGISTRY
-
-    import mountwarden.handlers.metrics  # noqa: F401  (registers the operator's gauges)
-    from mountwarden.agent.metrics import AgentMetrics
-
-    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "summary": ("_sum", "_count")}
-    names = set()
-    for registry in (REGISTRY, AgentMetrics("node").registry):
-        for family in registry.collect():
-            if family.name.startswith("mountwarden_"):
-                names.update(family.name + suffix for suffix in suffixes.get(family.type, ("",)))
-    return names
-
-
-def dashboard_queries() -> list[str]:
-    dashboard = json.loads((CHART / "dashboards" / "mountwarden.json").read_text())
-    panels = [p for p in dashboard["panels"] if p["type"] != "row"]
-    variables = [v["query"]["query"] for v in dashboard["templating"]["list"] if v["type"] == "query"]
-    return [target["expr"] for panel in panels for target in panel["targets"]] + variables
-
-
-def test_every_dashboard_query_names_a_metric_the_code_exports():
-    exported = exported_series()
-    used = {name for query in dashboard_queries() for name in re.findall(r"\bmountwarden_\w+", query)}
-    assert used and used - exported == set()
-
-
-def test_the_dashboard_shows_credits_compliance_and_nfs_rates():
-    used = {name for query in dashboard_queries() for name in re.findall(r"\bmountwarden_\w+", query)}
-    assert {
-        "mountwarden_credit_balance_bytes", "mountwarden_credit_slope_bytes_per_second",
-        "mountwarden_credit_time_to_empty_seconds", "mountwarden_credit_permitted_bytes_per_second",
-        "mountwarden_credit_metered_bytes_per_second", "mountwarden_profile_volumes", "mountwarden_profile_pods",
-        "mountwarden_sqlite_databases", "mountwarden_nfs_operations_per_second", "mountwarden_nfs_rtt_milliseconds",
-        "mountwarden_nfs_queue_milliseconds", "mountwarden_nfs_execute_milliseconds",
-        "mountwarden_agent_scan_duration_seconds_bucket",
-    } <= used
-
-
-def test_every_panel_queries_the_chosen_data_source():
-    dashboard = json.loads((CHART / "dashboards" / "mountwarden.json").read_text())
-    ids = [p["id"] for p in dashboard["panels"]]
-    assert len(ids) == len(set(ids))
-    for panel in (p for p in dashboard["panels"] if p["type"] != "row"):
-        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
-        assert panel["targets"] and all(t["datasource"] == panel["datasource"] for t in panel["targets"])
-
-
 # -- alerts ---------------------------------------------------------------------------------------------------
-
-PROMQL_KEYWORDS = {"and", "or", "unless", "by", "without", "on", "ignoring", "group_left", "group_right", "bool",
-                   "offset"}
-
-
-def promql_metrics_and_labels(expr: str) -> tuple[set[str], dict[str, set[str]]]:
-    """The metric names an expression reads, and per metric the label names its matchers use; plus the
-    labels of by/on clauses under the key "" (they must exist on the metrics around them)."""
-    labels: dict[str, set[str]] = {}
-    for metric, matchers in re.findall(r"([A-Za-z_:][\w:]*)\s*\{([^}]*)\}", expr):
-        labels.setdefault(metric, set()).update(re.findall(r"([A-Za-z_]\w*)\s*(?:=~|!~|!=|=)", matchers))
-    grouping = re.findall(r"\b(?:by|without|on|ignoring)\s*\(([^)]*)\)", expr)
-    labels[""] = {label.strip() for clause in grouping for label in clause.split(",") if label.strip()}
-    bare = re.sub(r'"[^"]*"', "", expr)
-    bare = re.sub(r"\{[^}]*\}", "", bare)
-    bare = re.sub(r"\b(?:by|without|on|ignoring)\s*\([^)]*\)", "", bare)
-    names = {name for name in re.findall(r"(?<![\w.:])([A-Za-z_:][\w:]*)(?![\w:])(?!\s*\()", bare)
-             if name not in PROMQL_KEYWORDS and not re.fullmatch(r"\d+[smhdwy]", name)}
-    return names, labels
-
-
-def operator_metric_labels() -> dict[str, tuple[str, ...]]:
-    from prometheus_client import REGISTRY
-
-    import mountwarden.handlers.metrics  # noqa: F401  (registers the operator's gauges)
-
-    return {family.name: tuple(getattr(collector, "_labelnames", ()))
-            for collector in list(REGISTRY._collector_to_names) if hasattr(collector, "describe")
-            for family in collector.describe() if family.name.startswith("mountwarden_")}
 
 
 def runbook_anchors() -> set[str]:
@@ -687,7 +649,7 @@ def test_the_alerts_read_metrics_the_operator_exports_and_link_runbook_sections_
     exported, anchors = operator_metric_labels(), runbook_anchors()
     states = {state.value for state in CreditState}
     for name, alert in alerts.items():
-        metrics, labels = promql_metrics_and_labels(alert["expr"])
+        metrics, labels = metric_names(alert["expr"]), selector_labels(alert["expr"])
         assert metrics and metrics <= set(exported), (name, metrics - set(exported))
         for metric, used in labels.items():
             known = set().union(*(exported[m] for m in metrics)) if metric == "" else set(exported[metric])
@@ -701,12 +663,3 @@ def test_the_alerts_read_metrics_the_operator_exports_and_link_runbook_sections_
         assert "{{ $labels.file_system_id }}" in alert["annotations"]["summary"]
     assert "mountwarden_credit_percent_io_limit" in alerts["EfsPercentIOLimitHigh"]["expr"]
     assert ">= 90" in alerts["EfsPercentIOLimitHigh"]["expr"]
-
-
-def test_the_promql_reader_finds_what_an_expression_names():
-    # The reader above is what makes the test above fail on a wrong name: check it on its own.
-    metrics, labels = promql_metrics_and_labels(
-        'max by (profile) (rate(mountwarden_x_total{state="Draining", node!=""}[5m])) and on (profile) bogus_metric'
-        ' > 0.5 * sum without (node) (mountwarden_y)')
-    assert metrics == {"mountwarden_x_total", "bogus_metric", "mountwarden_y"}
-    assert labels == {"mountwarden_x_total": {"state", "node"}, "": {"profile", "node"}}

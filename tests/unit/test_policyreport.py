@@ -1,0 +1,215 @@
+"""Findings into wgpolicyk8s.io/v1alpha2 reports (the pure part): one result per finding, in the report of the
+subject's namespace, and what to write and delete as findings come and go."""
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mountwarden.core.compliance import Consumer, Verdict, VolumeState
+from mountwarden.core.nodereport import SqliteUse
+from mountwarden.core.options import Severity
+from mountwarden.core.policyreport import (
+    PolicyReportBook,
+    ReportFinding,
+    Subject,
+    compliance_findings,
+    credit_findings,
+    report_body,
+)
+from mountwarden.core.volumecheck import VolumeFinding, VolumeFindingReason
+
+T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
+GRACE = timedelta(minutes=10)
+CRDS = Path(__file__).resolve().parents[2] / "hack" / "policyreport-crds"
+
+
+def consumer(pod="importer-0", namespace="data", volume="pv-1", node="node-a"):
+    return Consumer(f"uid-{pod}", namespace, pod, node, volume)
+
+
+def drift(reason=VolumeFindingReason.OPTION_MISMATCH, severity=Severity.ERROR, option="acregmax"):
+    return VolumeFinding(reason, severity, f"{option} is 60, the profile declares 3", "Remount the volume.",
+                         option=option)
+
+
+def drifted(pod="importer-0", namespace="data", *findings, sqlite=()):
+    return Verdict(consumer(pod, namespace), VolumeState.DRIFTED, "OptionMismatch", "", tuple(findings), tuple(sqlite))
+
+
+def test_every_warning_or_error_of_a_volume_is_one_finding_on_its_pod():
+    verdict = drifted("importer-0", "data", drift(), drift(VolumeFindingReason.SUPERBLOCK_SHARED, Severity.WARNING),
+                      drift(severity=Severity.INFO, option="rsize"))
+    findings = compliance_findings("importer-scratch", [verdict])
+    assert [(f.rule, f.severity) for f in findings] == [("OptionMismatch", "error"), ("SuperblockShared", "warning")]
+    assert findings[0].subject == Subject("Pod", "importer-0", "data", "uid-importer-0")
+    assert findings[0].properties == {"node": "node-a", "volume": "pv-1", "option": "acregmax"}
+    assert findings[0].message == "pv-1 on node-a: acregmax is 60, the profile declares 3 Remount the volume."
+    assert all(f.profile == "importer-scratch" and f.report == "data" for f in findings)
+
+
+def test_sqlite_on_nfs_is_a_finding_and_a_compliant_volume_without_it_is_none():
+    use = SqliteUse("uid-db", "pv-1", "critical", "wal", "/data/app.db", "WAL needs shared memory")
+    with_db = Verdict(consumer("db"), VolumeState.COMPLIANT, "Compliant", "", (), (use,))
+    clean = Verdict(consumer("web"), VolumeState.COMPLIANT, "Compliant", "")
+    (finding,) = compliance_findings("scratch", [with_db, clean])
+    assert (finding.rule, finding.severity, finding.subject.name) == ("SQLiteOnNFS", "critical", "db")
+    assert finding.properties == {"node": "node-a", "volume": "pv-1", "mode": "wal", "path": "/data/app.db"}
+
+
+@pytest.mark.parametrize(("state", "severity"), [("Draining", "warning"), ("Empty", "error"), ("Trap", "error")])
+def test_draining_credits_are_a_finding_on_the_cluster_scoped_profile(state, severity):
+    (finding,) = credit_findings("importer-scratch", {"state": state, "fileSystemId": "fs-1", "message": "empty in 3 h"})
+    assert (finding.rule, finding.severity, finding.report) == (f"Credits{state}", severity, None)
+    assert finding.subject.reference() == {"apiVersion": "mountwarden.io/v1alpha1", "kind": "StorageProfile",
+                                           "name": "importer-scratch"}
+    assert finding.message == "fs-1: empty in 3 h"
+
+
+@pytest.mark.parametrize("state", ["Healthy", "Unknown", None])
+def test_healthy_or_unknown_credits_are_no_finding(state):
+    assert credit_findings("p", {"state": state, "fileSystemId": "fs-1"}) == []
+
+
+def test_a_report_holds_one_result_per_finding_with_policy_rule_severity_and_subject():
+    findings = compliance_findings("importer-scratch", [drifted("b", "data", drift()),
+                                                        drifted("a", "data", drift(VolumeFindingReason.NCONNECT_IGNORED,
+                                                                                   Severity.WARNING, "nconnect"))])
+    body = report_body("data", findings, {f.identity: T0 for f in findings})
+    assert (body["apiVersion"], body["kind"]) == ("wgpolicyk8s.io/v1alpha2", "PolicyReport")
+    assert body["metadata"] == {"name": "mountwarden", "namespace": "data",
+                                "labels": {"app.kubernetes.io/managed-by": "mountwarden"}}
+    assert [(r["policy"], r["rule"], r["result"], r["severity"], r["resources"][0]["name"]) for r in body["results"]] == [
+        ("importer-scratch", "NconnectIgnored", "warn", "medium", "a"),
+        ("importer-scratch", "OptionMismatch", "fail", "high", "b"),
+    ]
+    assert body["summary"] == {"pass": 0, "fail": 1, "warn": 1, "error": 0, "skip": 0}
+    assert body["results"][0]["timestamp"] == {"seconds": int(T0.timestamp()), "nanos": 0}
+    cluster = report_body(None, credit_findings("p", {"state": "Empty", "fileSystemId": "fs-1"}),
+                          {f.identity: T0 for f in credit_findings("p", {"state": "Empty", "fileSystemId": "fs-1"})})
+    assert cluster["kind"] == "ClusterPolicyReport" and "namespace" not in cluster["metadata"]
+
+
+def test_reports_use_only_fields_and_values_the_upstream_schema_allows():
+    schema = yaml.safe_load((CRDS / "wgpolicyk8s.io_clusterpolicyreports.yaml").read_text())
+    properties = schema["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+    result_schema = properties["results"]["items"]["properties"]
+    findings = [*compliance_findings("p", [drifted("a", "data", drift(), sqlite=[
+        SqliteUse("uid-a", "pv-1", "critical", "wal", None, "WAL")])]),
+        *credit_findings("p", {"state": "Draining", "fileSystemId": "fs-1", "message": "m"})]
+    for key in ("data", None):
+        body = report_body(key, [f for f in findings if f.report == key], {f.identity: T0 for f in findings})
+        assert set(body) - {"apiVersion", "kind", "metadata"} <= set(properties)
+        for result in body["results"]:
+            assert set(result) <= set(result_schema)
+            assert result["result"] in result_schema["result"]["enum"]
+            assert result["severity"] in result_schema["severity"]["enum"]
+            assert all(isinstance(value, str) for value in result["properties"].values())
+
+
+def book_with(findings, now=T0, existing=()):
+    book = PolicyReportBook(T0, GRACE, existing)
+    book.record("p", "compliance", findings, now)
+    return book
+
+
+def apply(book, plan):
+    for key, body in plan.writes.items():
+        book.written(key, body)
+    for key in plan.deletes:
+        book.deleted(key)
+
+
+def test_findings_are_written_once_rewritten_when_they_change_and_deleted_when_they_clear():
+    first = compliance_findings("p", [drifted("a", "data", drift())])
+    book = book_with(first)
+    plan = book.plan(T0)
+    assert list(plan.writes) == ["data"] and plan.deletes == []
+    apply(book, plan)
+    book.record("p", "compliance", first, T0 + timedelta(seconds=30))
+    assert not book.plan(T0 + timedelta(seconds=30)), "nothing changed: nothing to write"
+
+    more = compliance_findings("p", [drifted("a", "data", drift()), drifted("b", "web", drift())])
+    book.record("p", "compliance", more, T0 + timedelta(seconds=60))
+    plan = book.plan(T0 + timedelta(seconds=60))
+    assert list(plan.writes) == ["web"], "only the namespace whose findings changed"
+    # The finding that lasts keeps the time it was first found.
+    assert plan.writes["web"]["results"][0]["timestamp"]["seconds"] == int((T0 + timedelta(seconds=60)).timestamp())
+    apply(book, plan)
+
+    book.record("p", "compliance", [], T0 + timedelta(seconds=90))
+    plan = book.plan(T0 + timedelta(seconds=90))
+    assert plan.writes == {} and plan.deletes == ["data", "web"]
+
+
+def test_each_profile_and_source_replaces_only_its_own_findings():
+    book = book_with(compliance_findings("p", [drifted("a", "data", drift())]))
+    book.record("q", "compliance", compliance_findings("q", [drifted("b", "data", drift())]), T0)
+    book.record("q", "credits", credit_findings("q", {"state": "Empty", "fileSystemId": "fs-1"}), T0)
+    plan = book.plan(T0)
+    assert [r["policy"] for r in plan.writes["data"]["results"]] == ["p", "q"]
+    assert [r["rule"] for r in plan.writes[None]["results"]] == ["CreditsEmpty"]
+    apply(book, plan)
+    book.forget("q", T0)
+    plan = book.plan(T0)
+    assert [r["policy"] for r in plan.writes["data"]["results"]] == ["p"] and plan.deletes == [None]
+
+
+def test_reports_of_an_earlier_run_wait_out_the_grace_before_they_are_deleted():
+    book = book_with(compliance_findings("p", [drifted("a", "data", drift())]), existing=["data", "old", None])
+    plan = book.plan(T0 + GRACE / 2)
+    assert list(plan.writes) == ["data"] and plan.deletes == [], "other profiles may not have been checked yet"
+    apply(book, plan)
+    assert book.plan(T0 + GRACE).deletes == ["old", None]
+
+
+def test_a_message_that_changes_rewrites_the_report_but_keeps_the_first_seen_time():
+    book = PolicyReportBook(T0, GRACE)
+    book.record("p", "credits", credit_findings("p", {"state": "Draining", "fileSystemId": "fs", "message": "3 h"}), T0)
+    apply(book, book.plan(T0))
+    later = T0 + timedelta(minutes=5)
+    book.record("p", "credits", credit_findings("p", {"state": "Draining", "fileSystemId": "fs", "message": "2 h"}),
+                later)
+    (result,) = book.plan(later).writes[None]["results"]
+    assert result["message"] == "fs: 2 h" and result["timestamp"]["seconds"] == int(T0.timestamp())
+
+
+def test_a_finding_identity_ignores_its_message():
+    pod = Subject("Pod", "a", "data", "uid-a")
+    one = ReportFinding("p", "OptionMismatch", "error", "first", pod, {"volume": "pv-1", "option": "acregmax"})
+    two = ReportFinding("p", "OptionMismatch", "error", "second", pod, {"volume": "pv-1", "option": "acregmax"})
+    other = ReportFinding("p", "OptionMismatch", "error", "first", pod, {"volume": "pv-2", "option": "acregmax"})
+    assert one.identity == two.identity != other.identity
+
+
+def test_a_write_that_failed_is_planned_again_until_it_is_confirmed():
+    book = book_with(compliance_findings("p", [drifted("a", "data", drift())]))
+    assert list(book.plan(T0).writes) == ["data"]
+    assert list(book.plan(T0 + timedelta(seconds=30)).writes) == ["data"], "not confirmed: still due"
+    apply(book, book.plan(T0 + timedelta(seconds=60)))
+    assert not book.plan(T0 + timedelta(seconds=90))
+
+
+SCHEMA_WORDS = {"type", "description", "properties", "items", "required", "enum", "format", "additionalProperties"}
+
+
+def schema_words_misused(node, path="") -> list[str]:
+    """Keys of a schema node that are no OpenAPI word (a YAML slip that makes the API server refuse the CRD)."""
+    if not isinstance(node, dict):
+        return []
+    odd = [f"{path}.{key}" for key in node if key not in SCHEMA_WORDS and not path.endswith("properties")]
+    return odd + [found for key, child in node.items() for found in schema_words_misused(child, f"{path}.{key}")]
+
+
+@pytest.mark.parametrize(("name", "kind", "scope"), [("policyreports", "PolicyReport", "Namespaced"),
+                                                     ("clusterpolicyreports", "ClusterPolicyReport", "Cluster")])
+def test_the_shipped_crds_are_the_v1alpha2_reports_with_a_clean_schema(name, kind, scope):
+    text = (CRDS / f"wgpolicyk8s.io_{name}.yaml").read_text()
+    assert "kubernetes-sigs/wg-policy-prototypes" in text and "at commit" in text  # where it was written from
+    crd = yaml.safe_load(text)
+    assert (crd["metadata"]["name"], crd["spec"]["names"]["kind"], crd["spec"]["scope"]) == (
+        f"{name}.wgpolicyk8s.io", kind, scope)
+    (version,) = crd["spec"]["versions"]
+    assert version["name"] == "v1alpha2" and version["served"] and version["storage"]
+    assert schema_words_misused(version["schema"]["openAPIV3Schema"]) == []
