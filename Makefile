@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 LOCK := requirements/dev.txt
 UV_VERSION := 0.13.9
 
-.PHONY: help venv lock testbin lab kernel-facts lint crds docs test unit integration run bench chart clean
+.PHONY: node help venv lock testbin lab kernel-facts lint crds docs test unit integration run bench chart clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -34,6 +34,10 @@ testbin: ## Build etcd, the Kubernetes control plane, kwok and helm from source 
 
 lab: venv ## Build the kernel lab image (Debian kernel + NFS server and client for QEMU; cached outside the checkout)
 	hack/lab/build.sh >/dev/null
+
+node: venv lab ## Build what the real node needs: its image (the lab + containerd, runc, CNI) and the kubelet (hack/nodebin)
+	hack/lab/build.sh node >/dev/null
+	hack/nodebin/build.sh >/dev/null
 
 kernel-facts: venv lab ## Measure the kernel in the lab VM into operator/mountwarden/core/kernel_facts.json (5-10 min)
 	MOUNTWARDEN_LAB_DIR=$$(hack/lab/build.sh) $(BIN)/mountwarden lab measure --output operator/mountwarden/core/kernel_facts.json
@@ -60,8 +64,9 @@ ifeq ($(MOUNTWARDEN_TEST_CLUSTER),existing)
 TEST_NEEDS := venv lab lint
 TEST_ENV = MOUNTWARDEN_LAB_DIR=$$(hack/lab/build.sh)
 else
-TEST_NEEDS := venv testbin lab lint
-TEST_ENV = MOUNTWARDEN_TESTBIN_DIR=$$(hack/testbin/build.sh) MOUNTWARDEN_LAB_DIR=$$(hack/lab/build.sh)
+TEST_NEEDS := venv testbin lab node lint
+TEST_ENV = MOUNTWARDEN_TESTBIN_DIR=$$(hack/testbin/build.sh) MOUNTWARDEN_LAB_DIR=$$(hack/lab/build.sh) \
+	MOUNTWARDEN_NODE_IMAGE_DIR=$$(hack/lab/build.sh node) MOUNTWARDEN_NODEBIN_DIR=$$(hack/nodebin/build.sh)
 endif
 test: $(TEST_NEEDS) ## Lint and run the whole suite: a real control plane (local, or KUBECONFIG's: see README), a real kernel in QEMU
 	$(TEST_ENV) $(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -69,11 +74,13 @@ test: $(TEST_NEEDS) ## Lint and run the whole suite: a real control plane (local
 unit: venv ## Only the fast unit tests (no control plane)
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
 
-run: venv testbin ## Start a local control plane, the operator and the demo; Ctrl-C stops everything
-	MOUNTWARDEN_TESTBIN_DIR=$$(hack/testbin/build.sh) hack/run-demo.sh $(STATE)
+run: venv testbin node ## Start a local control plane with the real node, the operator and the demo; Ctrl-C stops everything
+	MOUNTWARDEN_TESTBIN_DIR=$$(hack/testbin/build.sh) MOUNTWARDEN_NODE_IMAGE_DIR=$$(hack/lab/build.sh node) \
+		MOUNTWARDEN_NODEBIN_DIR=$$(hack/nodebin/build.sh) hack/run-demo.sh $(STATE)
 
-bench: venv testbin lab ## Run every benchmark once; figures in bench/results/ (summary.md, summary.json)
+bench: venv testbin lab node ## Run every benchmark once; figures in bench/results/ (summary.md, summary.json)
 	MOUNTWARDEN_TESTBIN_DIR=$$(hack/testbin/build.sh) MOUNTWARDEN_LAB_DIR=$$(hack/lab/build.sh) \
+		MOUNTWARDEN_NODE_IMAGE_DIR=$$(hack/lab/build.sh node) MOUNTWARDEN_NODEBIN_DIR=$$(hack/nodebin/build.sh) \
 		$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 clean: ## Remove the virtual environment and local state (not the testbin cache)

@@ -26,8 +26,15 @@ cleanup() {
 trap cleanup INT TERM HUP EXIT
 
 "$mw" dev-cluster down --state-dir "$state" >/dev/null 2>&1 || true  # a previous run killed hard
-log "starting the local control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok)"
-"$mw" dev-cluster up --state-dir "$state"
+real_node=${MOUNTWARDEN_DEMO_REAL_NODE:-1}
+if [ "$real_node" = 1 ]; then
+  log "starting the local control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok) and the" \
+      "real node lab-node-0 (the kernel lab VM: containerd, a kubelet, a kernel NFS server; minutes under TCG)"
+  "$mw" dev-cluster up --state-dir "$state" --real-node
+else
+  log "starting the local control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok)"
+  "$mw" dev-cluster up --state-dir "$state"
+fi
 export KUBECONFIG=$root/$state/kubeconfig
 export PATH=${MOUNTWARDEN_TESTBIN_DIR:?run through make run}:$PATH
 
@@ -59,6 +66,74 @@ spec:
   resources: {requests: {storage: 5Gi}}
 YAML
 
+if [ "$real_node" = 1 ]; then
+  log "two pods on the real node mount real NFS (the node's own server): the importer, holding a SQLite" \
+      "transaction open; the upload service, whose volume still carries the old shared mount's flags"
+  kubectl create namespace web --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  kubectl label namespace web team=web --overwrite >/dev/null
+  importer_options=$(kubectl get storageclass importer-scratch-v1 -o jsonpath='{.mountOptions}')
+  kubectl apply -f - <<YAML
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: demo-importer}
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [ReadWriteMany]
+  storageClassName: importer-scratch-v1
+  mountOptions: $importer_options
+  nfs: {server: 127.0.0.1, path: /srv/export}
+  claimRef: {namespace: data, name: importer-scratch}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: importer-scratch, namespace: data, labels: {app: importer}}
+spec: {accessModes: [ReadWriteMany], storageClassName: importer-scratch-v1, volumeName: demo-importer,
+       resources: {requests: {storage: 1Gi}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: importer, namespace: data}
+spec:
+  nodeName: lab-node-0
+  terminationGracePeriodSeconds: 0
+  containers:
+  - name: import
+    image: mountwarden.local/lab-tools:1
+    imagePullPolicy: Never
+    command: [/bin/sh, -c, "printf 'CREATE TABLE IF NOT EXISTS rows(x);\\nBEGIN IMMEDIATE;\\nINSERT INTO rows VALUES (1);\\n.shell sleep 1000000\\n' | sqlite3 /scratch/import.db"]
+    volumeMounts: [{name: scratch, mountPath: /scratch}]
+  volumes: [{name: scratch, persistentVolumeClaim: {claimName: importer-scratch}}]
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: demo-uploads}
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [ReadWriteMany]
+  storageClassName: upload-staging-v1
+  mountOptions: [vers=4.1, hard, sync, actimeo=0, lookupcache=none]
+  nfs: {server: 127.0.0.1, path: /srv/export2}
+  claimRef: {namespace: web, name: upload-staging}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: upload-staging, namespace: web, labels: {app: uploads}}
+spec: {accessModes: [ReadWriteMany], storageClassName: upload-staging-v1, volumeName: demo-uploads,
+       resources: {requests: {storage: 1Gi}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: uploads, namespace: web}
+spec:
+  nodeName: lab-node-0
+  terminationGracePeriodSeconds: 0
+  containers:
+  - {name: app, image: "mountwarden.local/lab-tools:1", imagePullPolicy: Never, command: [sleep, "1000000"],
+     volumeMounts: [{name: staging, mountPath: /staging}]}
+  volumes: [{name: staging, persistentVolumeClaim: {claimName: upload-staging}}]
+YAML
+fi
+
 found() {
   echo "StorageProfiles (a consumer pattern each) and the StorageClass carrying their options:"
   kubectl get storageprofiles -o custom-columns='PROFILE:.metadata.name,POLICY:.spec.cachePolicy,CLASS:.status.storageClassName,VERSION:.status.version,READY:.status.conditions[?(@.type=="Ready")].reason,COMPLIANT:.status.conditions[?(@.type=="Compliant")].reason,CREDITS:.status.credits.state'
@@ -69,13 +144,19 @@ found() {
   echo "Compliance and credits, as each profile's status says them:"
   kubectl get storageprofiles -o jsonpath='{range .items[*]}  {.metadata.name}: {.status.conditions[?(@.type=="Compliant")].message}{"\n"}    credits: {.status.credits.message}{"\n"}{end}'
   echo
+  if [ "$real_node" = 1 ]; then
+    echo "What lab-node-0's kubelet really mounted, as its agent reports it (NodeMountReport lab-node-0):"
+    kubectl get nodemountreport lab-node-0 -o jsonpath='{range .spec.volumes[*]}  {.volumeName} ({.server}:{.export}, superblock {.superblock}): {.effectiveOptions}{"\n"}{end}{range .spec.sqlite[*]}  SQLite: {.path} ({.mode}, {.severity}){"\n"}{end}' 2>/dev/null ||
+      echo "  (the agent has not written it yet)"
+    echo
+  fi
   echo "What the operator said (its Events on profiles and pods, oldest first):"
   kubectl get events -A --field-selector source=kopf --sort-by=.metadata.creationTimestamp \
     -o custom-columns='KIND:.involvedObject.kind,NAME:.involvedObject.name,TYPE:.type,REASON:.reason,MESSAGE:.message' |
-    { IFS= read -r header && echo "$header"; tail -n 8; }
+    { IFS= read -r header && echo "$header"; tail -n 12; }
   echo
   echo "Findings as PolicyReports (one per namespace, one cluster-wide):"
-  kubectl get policyreports,clusterpolicyreports -A 2>&1 | sed 's/^No resources found.*/  none: no pod mounts a volume here (kwok nodes have no \/proc), so nothing has drifted yet/'
+  kubectl get policyreports,clusterpolicyreports -A 2>&1 | sed 's/^No resources found.*/  none yet/'
 }
 
 log "what the operator found (printed again whenever it changes)"

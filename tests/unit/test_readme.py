@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 BIN = Path(sys.executable).parent
 #: Subcommands that need a cluster, an AWS account, a long-running process or the kernel lab's VM.
-NOT_RUN_HERE = ("plan", "credits forecast", "credits watch", "dev-cluster", "operator", "agent", "lab build",
-                "lab try", "lab measure")
+NOT_RUN_HERE = ("plan", "credits forecast", "credits watch", "dev-cluster", "dev-cluster up", "dev-cluster down",
+                "operator", "agent", "lab build", "lab try", "lab measure")
 
 
 def shell_blocks() -> list[str]:
@@ -42,7 +42,7 @@ def mountwarden_commands() -> list[str]:
 def subcommand(command: str) -> str:
     words = shlex.split(command)[1:]
     two = " ".join(words[:2])
-    return two if two in NOT_RUN_HERE or two.startswith(("options ", "credits ", "lab ")) else words[0]
+    return two if two in NOT_RUN_HERE or two.startswith(("options ", "credits ", "lab ", "dev-cluster ")) else words[0]
 
 
 SAFE = [c for c in mountwarden_commands() if subcommand(c) not in NOT_RUN_HERE]

@@ -35,6 +35,9 @@ def _progress(message: str) -> None:
 def build_command(
     print_dir: Annotated[bool, typer.Option("--print-dir", help="Print only the image's directory on stdout.")]
     = False,
+    recipe: Annotated[str, typer.Option(
+        "--recipe", help="lab: the kernel lab; node: the lab plus containerd, runc, the CNI plugins and a tools "
+                         "image, for the real node (dev-cluster up --real-node).")] = "lab",
 ) -> None:
     """Build the lab image (kernel, root, modules, the guest's Python packages), or find it cached.
 
@@ -42,8 +45,12 @@ def build_command(
     kernel package's version and a hash of what else goes in: about 4 minutes cold on 2 cores,
     instant when cached. Needs root (debootstrap, chroot) and a Debian 12 host's apt sources.
     """
+    from mountwarden.lab.node import RECIPES  # registers the node recipe
+
+    if recipe not in RECIPES:
+        fail(f"--recipe {escape(recipe)}: use one of {', '.join(RECIPES)}")
     try:
-        image = build_image(progress=_progress)
+        image = build_image(RECIPES[recipe], progress=_progress)
     except LabBuildError as error:
         fail(escape(str(error)))
     if print_dir:

@@ -198,6 +198,8 @@ class ImageRecipe:
     modules: tuple[str, ...]
     #: The name of a container image (busybox and sqlite3 from this root) to leave at TOOLS_ARCHIVE.
     tools_image: str | None = None
+    #: The environment variable naming a built image of this recipe to use as it is.
+    dir_env: str = DIR_ENV
 
     def key(self, kernel: tuple[str, str], requirements: list[str]) -> str:
         package, version = kernel
@@ -207,6 +209,8 @@ class ImageRecipe:
 
 
 LAB = ImageRecipe("lab", LAB_PACKAGES, LAB_MODULES)
+#: The recipes `mountwarden lab build --recipe` knows (node is added by mountwarden.lab.node).
+RECIPES: dict[str, ImageRecipe] = {"lab": LAB}
 
 
 @contextlib.contextmanager
@@ -218,8 +222,8 @@ def _build_lock(root: Path) -> Iterator[None]:
 
 
 def find_image(recipe: ImageRecipe = LAB) -> LabImage | None:
-    """The image named by $MOUNTWARDEN_LAB_DIR, or the cached one for the current versions."""
-    explicit = os.environ.get(DIR_ENV)
+    """The image named by the recipe's variable ($MOUNTWARDEN_LAB_DIR), or the cached one for today's versions."""
+    explicit = os.environ.get(recipe.dir_env)
     if explicit:
         image = LabImage(Path(explicit))
         image.check()

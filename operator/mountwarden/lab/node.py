@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mountwarden.lab.image import LAB_MODULES, LAB_PACKAGES, ImageRecipe, LabImage
+from mountwarden.lab.image import LAB_MODULES, LAB_PACKAGES, RECIPES, ImageRecipe, LabImage
 from mountwarden.lab.oci import write_image
 from mountwarden.lab.vm import GUEST_DIR, GUEST_IO, GUEST_PYTHON_ENV, LabError, LabVM, start_nfs_server
 
@@ -32,7 +32,9 @@ NODE = ImageRecipe(
     (*LAB_PACKAGES, "containerd", "runc", "containernetworking-plugins", "busybox-static"),
     (*LAB_MODULES, "virtio_net", "overlay", "bridge"),
     tools_image=TOOLS_IMAGE,
+    dir_env="MOUNTWARDEN_NODE_IMAGE_DIR",
 )
+RECIPES[NODE.name] = NODE
 NODE_NAME = "lab-node-0"
 #: QEMU's user network: the guest, its gateway, and the address forwarded to the host's API server.
 NODE_IP, GATEWAY, API_SERVER_IN_GUEST = "10.0.2.15", "10.0.2.2", "10.0.2.100"
