@@ -185,11 +185,13 @@ def test_a_rollout_patches_the_pv_and_the_real_remount_is_verified(real_node, ku
     print(f"one-Deployment rollout on the real node: {elapsed:.0f} s")
 
 
-def test_a_new_pod_on_a_superblock_kept_alive_by_another_pod_blocks_until_remounted(
+def test_a_new_pod_on_a_superblock_kept_alive_by_another_pod_blocks_until_the_mounts_agree(
         real_node, kube, operator, namespace, unique):
     """The rollout's new pod lands on the old superblock (another pod keeps it, and the new options differ
-    only in timeo, which the kernel does not compare): the rollout pauses, naming the other consumer; once
-    that consumer is gone the operator remounts the replica, and only real mounts that agree end it."""
+    only in timeo, which the kernel does not compare): the rollout pauses, naming the other consumer. With it
+    gone, the replica's own replaced pod (unmounting after its successor mounted) keeps the superblock on a
+    real kubelet: the rollout stays blocked and says how to let the last mount go; once the workload's pods
+    leave the node and come back, the real mounts agree and only then is it Complete."""
     profile = f"held-{unique}"
     automatic = {"strategy": "PatchBoundVolumes", "approval": "Automatic"}
     body = options_profile(profile, ["vers=4.1", "timeo=100"])
@@ -208,8 +210,7 @@ def test_a_new_pod_on_a_superblock_kept_alive_by_another_pod_blocks_until_remoun
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "app"}},
                  "template": {"metadata": {"labels": {"app": "app"}}, "spec": pod_spec(pv, pinned=False)}},
     })
-    wait_for(lambda: (pods := kube.core.list_namespaced_pod(namespace, label_selector="app=app").items)
-             and pods[0].status.phase == "Running", timeout=TIMEOUT, what="app Running")
+    wait_for(lambda: running_app(kube, namespace), timeout=TIMEOUT, what="app Running")
 
     body = options_profile(profile, ["vers=4.1", "timeo=600"])
     body["spec"]["rollout"] = automatic
@@ -224,22 +225,36 @@ def test_a_new_pod_on_a_superblock_kept_alive_by_another_pod_blocks_until_remoun
     (line,) = paused["workloads"]
     assert (line["state"], line["reason"]) == ("Blocked", "SuperblockShared")
     assert f"pod {namespace}/other" in line["message"]
-    (app,) = [p for p in kube.core.list_namespaced_pod(namespace, label_selector="app=app").items
-              if p.metadata.deletion_timestamp is None]
+    app = running_app(kube, namespace)
     # The kernel's word: the new pod's mount runs with the surviving superblock's timeo.
-    mount_point = f"/var/lib/kubelet/pods/{app.metadata.uid}/volumes/kubernetes.io~nfs/{pv}"
-    line_of = next(entry for entry in real_node.vm.read_text("/proc/1/mountinfo").splitlines()
-                   if mount_point in entry)
-    assert "timeo=100" in line_of, line_of
+    assert "timeo=100" in mountinfo_line(real_node, app.metadata.uid, pv)
 
     kube.core.delete_namespaced_pod("other", namespace, grace_period_seconds=0)
-    done = wait_for(lambda: (r := rollout()).get("phase") == "Complete" and r, timeout=TIMEOUT * 2, interval=2,
-                    what="the rollout Complete once the other consumer is gone")
-    (line,) = done["workloads"]
-    assert line["state"] == "Done" and line["remounts"] >= 1
-    (app,) = [p for p in kube.core.list_namespaced_pod(namespace, label_selector="app=app").items
-              if p.metadata.deletion_timestamp is None]
-    mount_point = f"/var/lib/kubelet/pods/{app.metadata.uid}/volumes/kubernetes.io~nfs/{pv}"
-    line_of = next(entry for entry in real_node.vm.read_text("/proc/1/mountinfo").splitlines()
-                   if mount_point in entry)
-    assert "timeo=600" in line_of, line_of
+    settled = wait_for(lambda: (r := rollout()).get("phase") == "Complete" and r
+                       or (r.get("workloads") or [{}])[0].get("reason") == "RemountsExhausted" and r,
+                       timeout=TIMEOUT * 2, interval=2, what="the rollout Complete, or its remounts exhausted")
+    if settled["phase"] != "Complete":
+        # The replaced replica unmounted after its successor mounted: the kernel kept the superblock.
+        (line,) = settled["workloads"]
+        assert "differ from it only in timeo" in line["message"] and "scale the workload to zero" in line["message"]
+        kube.apps.patch_namespaced_deployment_scale("app", namespace, {"spec": {"replicas": 0}})
+        wait_for(lambda: f"volumes/kubernetes.io~nfs/{pv}" not in real_node.vm.read_text("/proc/1/mountinfo"),
+                 timeout=TIMEOUT, interval=2, what="the last mount of the export gone from the node")
+        kube.apps.patch_namespaced_deployment_scale("app", namespace, {"spec": {"replicas": 1}})
+        settled = wait_for(lambda: (r := rollout()).get("phase") == "Complete" and r, timeout=TIMEOUT * 2,
+                           interval=2, what="the rollout Complete once the mounts agree")
+    (line,) = settled["workloads"]
+    assert line["state"] == "Done"
+    app = running_app(kube, namespace)
+    assert "timeo=600" in mountinfo_line(real_node, app.metadata.uid, pv)
+
+
+def running_app(kube, namespace: str):
+    pods = [p for p in kube.core.list_namespaced_pod(namespace, label_selector="app=app").items
+            if p.metadata.deletion_timestamp is None and p.status.phase == "Running"]
+    return pods[0] if len(pods) == 1 else None
+
+
+def mountinfo_line(real_node, pod_uid: str, pv: str) -> str:
+    mount_point = f"/var/lib/kubelet/pods/{pod_uid}/volumes/kubernetes.io~nfs/{pv}"
+    return next(line for line in real_node.vm.read_text("/proc/1/mountinfo").splitlines() if mount_point in line)

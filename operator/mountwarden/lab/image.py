@@ -9,8 +9,10 @@ list, the modules, the guest's files, the Python dependencies):
 - ``initrd.img``: a zstd cpio of a ``debootstrap --variant=minbase bookworm`` root with
   nfs-kernel-server, nfs-common, sqlite3 and python3 (plus containerd, runc and the CNI
   plugins for a real node), the kernel modules the lab loads, and ``/init``;
-- ``pydeps/``: mountwarden's runtime dependencies as CPython 3.11 wheels for the guest,
-  served read-only over 9p so that the agent runs inside the VM on its live /proc;
+- ``pydeps``: a link to ``../pydeps-<hash>/``, mountwarden's runtime dependencies as CPython 3.11
+  wheels for the guest (served read-only over 9p so that the agent runs inside the VM on its live
+  /proc), cached apart and keyed by the pinned versions: a changed dependency installs them again
+  (under a minute) without building the kernel and the root again;
 - ``manifest.json``: what was built, from which package versions, in how long.
 
 Build steps run as root (debootstrap and chroot need it); a missing host tool is an error
@@ -177,13 +179,14 @@ def python_requirements() -> list[str]:
 RECIPE_VERSION = 1
 
 
-def _content_hash(inputs: tuple[str, ...], requirements: list[str]) -> str:
-    """What goes into the image: packages, modules, Python pins, /init and the recipe's version.
+def _content_hash(inputs: tuple[str, ...]) -> str:
+    """What goes into the image: packages, modules, /init and the recipe's version.
 
-    The rest of the guest's code comes over 9p at run time, so changing it never rebuilds.
+    The rest of the guest's code comes over 9p at run time, so changing it never rebuilds;
+    the Python dependencies are cached apart (``pydeps``).
     """
     digest = hashlib.sha256(f"recipe {RECIPE_VERSION}".encode())
-    for part in (*inputs, "|", *requirements):
+    for part in inputs:
         digest.update(part.encode() + b"\0")
     digest.update((GUEST_DIR / "init").read_bytes())
     return digest.hexdigest()[:12]
@@ -201,11 +204,11 @@ class ImageRecipe:
     #: The environment variable naming a built image of this recipe to use as it is.
     dir_env: str = DIR_ENV
 
-    def key(self, kernel: tuple[str, str], requirements: list[str]) -> str:
+    def key(self, kernel: tuple[str, str]) -> str:
         package, version = kernel
         safe_version = re.sub(r"[^A-Za-z0-9.+-]", "_", version)
         inputs = (*self.packages, "|", *self.modules, "|", self.tools_image or "")
-        return f"{self.name}_{package}_{safe_version}_{_content_hash(inputs, requirements)}"
+        return f"{self.name}_{package}_{safe_version}_{_content_hash(inputs)}"
 
 
 LAB = ImageRecipe("lab", LAB_PACKAGES, LAB_MODULES)
@@ -228,8 +231,11 @@ def find_image(recipe: ImageRecipe = LAB) -> LabImage | None:
         image = LabImage(Path(explicit))
         image.check()
         return image
-    image = LabImage(cache_root() / recipe.key(kernel_package(), python_requirements()))
-    return image if (image.dir / "manifest.json").exists() else None
+    image = LabImage(cache_root() / recipe.key(kernel_package()))
+    if not (image.dir / "manifest.json").exists():
+        return None
+    wanted = _python_deps_dir(cache_root(), python_requirements())
+    return image if image.python_deps.resolve() == wanted.resolve() and wanted.exists() else None
 
 
 def build_image(recipe: ImageRecipe = LAB, *, progress: Progress = lambda _: None) -> LabImage:
@@ -243,9 +249,10 @@ def build_image(recipe: ImageRecipe = LAB, *, progress: Progress = lambda _: Non
     kernel = kernel_package()
     requirements = python_requirements()
     root = cache_root()
-    final = root / recipe.key(kernel, requirements)
+    final = root / recipe.key(kernel)
     with _build_lock(root):
         if (final / "manifest.json").exists():
+            _link_python_deps(final, requirements, progress)
             progress(f"cached in {final}")
             return LabImage(final)
         if os.geteuid() != 0:
@@ -254,18 +261,48 @@ def build_image(recipe: ImageRecipe = LAB, *, progress: Progress = lambda _: Non
         partial = final.with_name(final.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
-        _Build(recipe, kernel, requirements, partial, progress).run()
+        _Build(recipe, kernel, partial, progress).run()
         shutil.rmtree(final, ignore_errors=True)
         partial.rename(final)
+        _link_python_deps(final, requirements, progress)
         progress(f"built {final}")
         return LabImage(final)
+
+
+def _python_deps_dir(root: Path, requirements: list[str]) -> Path:
+    digest = hashlib.sha256("\n".join(requirements).encode()).hexdigest()[:12]
+    return root / f"pydeps-{digest}"
+
+
+def _link_python_deps(image_dir: Path, requirements: list[str], progress: Progress) -> None:
+    """Point the image's ``pydeps`` at the guest's Python packages for these pins, installing them if new."""
+    target = _python_deps_dir(image_dir.parent, requirements)
+    if not (target / ".complete").exists():
+        progress("installing the guest's Python packages")
+        partial = target.with_name(target.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        # Wheels for the guest's CPython, whatever Python runs this build.
+        _run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+              "--target", str(partial), "--only-binary=:all:", "--implementation", "cp",
+              "--python-version", GUEST_PYTHON, "--platform", "manylinux_2_36_x86_64",
+              "--platform", "manylinux2014_x86_64", *requirements], step="installing the guest's Python packages")
+        (partial / ".complete").write_text("\n".join(requirements) + "\n")
+        shutil.rmtree(target, ignore_errors=True)
+        partial.rename(target)
+    link = image_dir / "pydeps"
+    if link.is_symlink() and link.resolve() == target.resolve():
+        return
+    if link.is_symlink() or link.is_file():
+        link.unlink()
+    elif link.exists():
+        shutil.rmtree(link)
+    link.symlink_to(f"../{target.name}")
 
 
 @dataclass
 class _Build:
     recipe: ImageRecipe
     kernel: tuple[str, str]
-    requirements: list[str]
     out: Path
     progress: Progress
 
@@ -282,7 +319,6 @@ class _Build:
             ("modules", self.install_modules),
             ("guest", self.install_guest),
             ("images", self.make_container_images),
-            ("python", self.install_python_deps),
             ("initramfs", self.pack_initramfs),
         )
         release = ""
@@ -304,7 +340,6 @@ class _Build:
             "suite": SUITE,
             "packages": packages,
             "modules": list(self.recipe.modules),
-            "python_requirements": self.requirements,
             "initrd_bytes": (self.out / "initrd.img").stat().st_size,
             "build_seconds": round(time.monotonic() - started, 1),
             "step_seconds": timings,
@@ -368,15 +403,6 @@ class _Build:
                     [("/bin/busybox", "/bin/busybox"), ("/usr/bin/sqlite3", "/usr/bin/sqlite3")],
                     root=self.rootfs, libraries=chroot_libraries(self.rootfs),
                     symlinks=[(f"/bin/{applet}", "busybox") for applet in applets])
-
-    def install_python_deps(self) -> None:
-        target = self.out / "pydeps"
-        # Wheels for the guest's CPython, whatever Python runs this build.
-        argv = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                "--target", str(target), "--only-binary=:all:", "--implementation", "cp",
-                "--python-version", GUEST_PYTHON, "--platform", "manylinux_2_36_x86_64",
-                "--platform", "manylinux2014_x86_64", *self.requirements]
-        _run(argv, step="installing the guest's Python dependencies")
 
     def pack_initramfs(self) -> None:
         initrd = self.out / "initrd.img"

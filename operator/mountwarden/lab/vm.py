@@ -178,7 +178,7 @@ class LabVM:
             accel = ["-accel", "tcg,tb-size=256", "-cpu", "max"]
         shares = (
             (code_root(), "lab-code", True),
-            (self.image.python_deps, "lab-deps", True),
+            (self.image.python_deps.resolve(), "lab-deps", True),
             (self.io_dir, "lab-io", False),
         )
         virtfs = []

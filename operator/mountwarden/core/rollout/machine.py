@@ -237,7 +237,10 @@ def _remounts_exhausted(s: Situation) -> Outcome:
     first = s.stale[0]
     return _verifying(s, State.BLOCKED, "RemountsExhausted",
                       f"{first.message}; {s.remounts} remounts did not help: look for another consumer of the "
-                      "export on that node", first.pod), []
+                      "export on that node. A replica replaced on the same node unmounts after its successor "
+                      "mounts, so when nothing else holds it, move the workload's pods off the node (cordon and "
+                      "drain it, or scale the workload to zero and back): the next mount after the last one gets "
+                      "the new options", first.pod), []
 
 
 def _remount(s: Situation) -> Outcome:
