@@ -58,8 +58,9 @@ def test_audit_without_a_contract_lists_the_volumes_and_exits_0(node):
     assert document["kubelet_roots"] == ["/var/lib/kubelet"]
 
 
-def test_audit_against_a_profile_that_holds_exits_0(node, tmp_path):
-    assembled, _ = node
+def test_audit_against_a_profile_that_holds_exits_0(tmp_path):
+    # Only /C, mounted with the kernel defaults: /A's nolock and actimeo=60 would be drift, declared or not.
+    assembled = assemble_proc_root(tmp_path / "proc", [Mount("pv-plain", pod_uid=A, sample_mount="/C")])
     profile = profile_file(tmp_path, textwrap.dedent("""\
         backend: {provisioner: nfs.csi.k8s.io}
         mountOptions: ["vers=3", "hard"]

@@ -198,6 +198,7 @@ def profile_entry(name: str, spec: StorageProfileSpec, status: Mapping) -> Profi
         file_system_id=file_system_id,
         throughput_mode=(status.get("credits") or {}).get("throughputMode"),
         storage_class_name=status.get("storageClassName"),
+        effective_options=spec.resolve().options,
     )
 
 
