@@ -447,6 +447,17 @@ def test_cli_advises_elastic_with_its_cost_in_the_trap(moto_server):
     assert "us-east-1" in estimate["prices"] and "aws.amazon.com/efs/pricing" in estimate["prices"]
 
 
+def test_cli_advice_fits_a_max_io_file_system(moto_server):
+    # DescribeFileSystems says Max I/O: Elastic cannot serve it and the mode cannot change.
+    importer = seed_scenario(moto_server, trap(), aligned_now(), PerformanceMode="maxIO")
+    code, document = forecast_json(moto_server, importer)
+    assert (code, document["state"], document["performance_mode"]) == (1, "Trap", "maxIO")
+    advice = document["recommendation"]
+    assert advice["mode"] == "elastic"  # nothing to size Provisioned by: a new General Purpose file system
+    assert "Max I/O performance mode, which Elastic throughput does not support" in advice["reason"]
+    assert "new General Purpose file system in Elastic mode" in advice["reason"]
+
+
 def trap_written_bytes() -> float:
     return sum(value for _, value in trap().series[EfsMetric.DATA_WRITE_IO_BYTES])
 

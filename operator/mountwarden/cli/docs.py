@@ -44,6 +44,7 @@ def rendered() -> dict[str, str]:
     """File name -> Markdown of every generated reference page."""
     from mountwarden.api import nodemountreport, storageprofile
     from mountwarden.api.docgen import model_reference
+    from mountwarden.core import presetsheet
     from mountwarden.core.kernelfacts import facts
     from mountwarden.lab import factsdoc
 
@@ -60,6 +61,7 @@ def rendered() -> dict[str, str]:
             nodemountreport.NodeMountReportSpec),
         "metrics.md": _metrics_reference(),
         "kernel-behaviour.md": factsdoc.render(facts()),
+        "presets.md": presetsheet.reference(),
     }
 
 
