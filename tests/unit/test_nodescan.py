@@ -394,3 +394,60 @@ def test_a_scanned_node_checks_end_to_end(node):
 
     shared = [f for f in result.findings if f.reason is VolumeFindingReason.SUPERBLOCK_SHARED]
     assert shared and shared[0].other_mounts == (assembled.mount_point(mounts[1]),)
+
+
+def test_an_undeclared_sync_is_its_own_reason_and_not_blamed_on_the_superblock():
+    result = check_volume(volume_with(CACHED_MOUNT.replace("rw,", "rw,sync,"), shared_with=[OTHER_POD]),
+                          CACHED_ON_EFS, pv_mount_options=["vers=4.1", "sync"], storage_class="importer-v1")
+
+    (undeclared,) = [f for f in result.findings if f.reason is VolumeFindingReason.UNDECLARED_OPTION]
+    assert undeclared.option == "sync" and undeclared.severity is Severity.ERROR
+    assert "The PersistentVolume's spec.mountOptions (StorageClass importer-v1) carry it" in undeclared.message
+    assert "Remove the option where it comes from" in undeclared.remedy
+    assert VolumeFindingReason.SUPERBLOCK_SHARED not in reasons(result)
+
+
+def reported_with(**fields) -> MountedVolume:
+    return MountedVolume(
+        pod_uid=A, volume_name="pv-a", plugin="csi", mount_point=f"{ROOT}/pods/{A}/volumes/kubernetes.io~csi/pv-a/mount",
+        fstype="nfs4", source="fs-1.efs:/", server="fs-1.efs", export="/", superblock="0:101",
+        effective_options=CACHED_MOUNT.split(","), options_source="mountstats", connections=1, **fields)
+
+
+def test_a_reported_plateau_transport_and_stuck_processes_are_findings_that_are_not_drift():
+    from mountwarden.api.nodemountreport import MountActivity, ProcessStates
+    from mountwarden.core.mountactivity import GBIT, Thresholds
+
+    reported = reported_with(
+        server_responding=False,
+        activity=MountActivity(window_seconds=300, since="scans", read_bytes_per_second=4.5 * GBIT,
+                               write_bytes_per_second=0, requests_per_second=10, retransmissions_per_second=0.5,
+                               major_timeouts_per_second=0, reconnects_per_second=0, connections=1, data_requests=9000,
+                               avg_queue_ms=12.0, avg_rtt_ms=2.0, avg_execute_ms=14.5),
+        processes=ProcessStates(samples=50, uninterruptible=49, processes=3, uninterruptible_share=0.98))
+    result = check_volume(reported, CACHED_ON_EFS, thresholds=Thresholds(instance_bandwidth_gbps=25.0,
+                                                                        file_system_limit_gbps=12.58),
+                          kernel_release="6.1.0-57-amd64")
+
+    assert reasons(result) == [VolumeFindingReason.THROUGHPUT_PLATEAU, VolumeFindingReason.TRANSPORT_UNHEALTHY,
+                               VolumeFindingReason.STUCK_ON_NFS]
+    plateau = result.findings[0]
+    assert "nconnect=4: ceil(min of the instance bandwidth 25 Gbit/s" in plateau.remedy
+    assert f"pod {A}" in result.findings[2].message and "did not answer" in result.findings[2].message
+
+
+def test_without_thresholds_no_activity_is_judged():
+    from mountwarden.api.nodemountreport import ProcessStates
+
+    reported = reported_with(processes=ProcessStates(samples=50, uninterruptible=50, processes=1,
+                                                     uninterruptible_share=1.0))
+    assert check_volume(reported, CACHED_ON_EFS).findings == ()
+
+
+def test_nconnect_on_a_kernel_before_5_3():
+    declared = {**CACHED_ON_EFS, "nconnect": 4}
+    result = check_volume(volume_with(CACHED_MOUNT, connections=1, server_mounts=1), declared,
+                          kernel_release="4.14.355-275.582.amzn2.x86_64")
+
+    (ignored,) = [f for f in result.findings if f.reason is VolumeFindingReason.NCONNECT_IGNORED]
+    assert "this node runs Linux 4.14.355-275.582.amzn2.x86_64: nconnect arrived in 5.3" in ignored.message

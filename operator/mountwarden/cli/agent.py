@@ -66,8 +66,18 @@ def agent_command(
         "--probe-timeout", min=0, metavar="SECONDS",
         help="How long each scan waits for every NFS server to answer one statvfs() of its superblock; a server "
              "that does not is reported (serverResponding: false). 0 probes nothing.")] = 5.0,
+    process_samples: Annotated[int, typer.Option(
+        "--process-samples", min=0, max=100, metavar="N",
+        help="Rounds of samples, 0.2 s apart, of the state of every process of a pod with an NFS volume, per scan "
+             "(/proc/<pid>/stat): the share in uninterruptible sleep (D) is reported per volume. 0 samples none.")
+    ] = 5,
+    activity_window: Annotated[float, typer.Option(
+        "--activity-window", min=1, metavar="SECONDS",
+        help="Throughput, transport health and process states are reported over this many seconds of scans.")
+    ] = 300.0,
     once: Annotated[bool, typer.Option(
-        "--once", help="Scan and write once, then exit (1 when the scan or the write failed); no metrics server.")
+        "--once", help="Scan and write once, then exit (1 when the scan or the write failed); no metrics server. "
+                       "Rates are then since each mount was made.")
     ] = False,
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Print the report as JSON on stdout instead of writing it; needs no cluster.")] = False,
@@ -126,6 +136,8 @@ def agent_command(
         interval_seconds=interval,
         metrics_port=0 if once else metrics_port,
         probe_timeout_seconds=probe_timeout,
+        process_samples=process_samples,
+        activity_window_seconds=activity_window,
     )
     sink: ReportSink
     if dry_run:

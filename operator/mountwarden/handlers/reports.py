@@ -27,6 +27,9 @@ from mountwarden.core.compliance import (
     assess,
 )
 from mountwarden.core.conditions import find_condition
+from mountwarden.core.nodescan import HEALTH_REASONS
+from mountwarden.core.policy import backend_kind
+from mountwarden.core.serverload import mount_loads, server_load
 from mountwarden.core.storageclass import PROFILE_LABEL
 from mountwarden.handlers import metrics
 from mountwarden.handlers.errors import retry_transient
@@ -37,8 +40,8 @@ COMPLIANCE_INTERVAL_SECONDS = float(os.environ.get("MOUNTWARDEN_COMPLIANCE_INTER
 #: A report older than this proves nothing: the agent heartbeats every 5 minutes.
 STALE_AFTER = timedelta(seconds=float(os.environ.get("MOUNTWARDEN_REPORT_STALE_AFTER", "900")))
 
-_EVENT_REASONS = {"OptionMismatch": "MountPolicyDrift", "SuperblockShared": "SuperblockShared",
-                  "NconnectIgnored": "NconnectIgnored"}
+_EVENT_REASONS = {"OptionMismatch": "MountPolicyDrift", "UndeclaredOption": "MountPolicyDrift",
+                  "SuperblockShared": "SuperblockShared", "NconnectIgnored": "NconnectIgnored"}
 
 
 @kopf.index(GROUP, VERSION, REPORTS)
@@ -66,7 +69,8 @@ async def claims_by_volume(name: str, spec: kopf.Spec, **_) -> dict:
     claim = spec.get("claimRef") or {}
     if not claim.get("name"):
         return {}
-    return {name: {"claim": (claim.get("namespace"), claim["name"]), "storageClass": spec.get("storageClassName")}}
+    return {name: {"claim": (claim.get("namespace"), claim["name"]), "storageClass": spec.get("storageClassName"),
+                   "mountOptions": tuple(spec.get("mountOptions") or ())}}
 
 
 @kopf.index("storage.k8s.io", "v1", "storageclasses", labels={PROFILE_LABEL: kopf.PRESENT})
@@ -88,7 +92,7 @@ async def rollouts_under_way(name: str, status: kopf.Status, **_) -> dict:
 
 
 @kopf.index(*PROFILE)
-async def contracts(name: str, spec: kopf.Spec, **_) -> dict:
+async def contracts(name: str, spec: kopf.Spec, status: kopf.Status, **_) -> dict:
     """Each valid profile's resolved contract (an invalid one governs nothing until it is fixed)."""
     try:
         profile = StorageProfileSpec.model_validate(dict(spec))
@@ -97,8 +101,10 @@ async def contracts(name: str, spec: kopf.Spec, **_) -> dict:
     policy = profile.resolve()
     if not policy.valid:
         return {}
+    throughput_mode = (status.get("credits") or {}).get("throughputMode")
     return {name: Contract(policy.options, tuple(profile.required_options), tuple(profile.forbidden_options),
-                           str(profile.sqlite))}
+                           str(profile.sqlite), profile.thresholds(throughput_mode),
+                           backend_kind(profile.backend.provisioner, profile.backend.kind))}
 
 
 def _one(index: kopf.Index, key):
@@ -118,6 +124,7 @@ def report_view(spec: dict) -> NodeReportView | None:
         volumes={(v.pod_uid, v.volume_name): v for v in volumes if v.pod_uid},
         sqlite=[SqliteUse(f.get("podUid"), f.get("volumeName"), f.get("severity", "warning"), f.get("mode", "unknown"),
                           f.get("path"), f.get("message", "")) for f in spec.get("sqlite") or []],
+        kernel_release=spec.get("kernelRelease"),
     )
 
 
@@ -129,7 +136,8 @@ def consumers_of(profile: str, lineages: kopf.Index, volumes_by_class: kopf.Inde
         for volume_name in volumes_by_class.get(storage_class, []):
             volume = _one(claims_by_volume, volume_name)
             for pod in pods_by_claim.get(volume["claim"], []) if volume else []:
-                consumers.append(Consumer(pod["uid"], pod["namespace"], pod["name"], pod["node"], volume_name))
+                consumers.append(Consumer(pod["uid"], pod["namespace"], pod["name"], pod["node"], volume_name,
+                                          volume.get("mountOptions"), volume.get("storageClass")))
     return consumers
 
 
@@ -162,6 +170,9 @@ def assess_compliance(
     previous = {k: v for k, v in (status.get("compliance") or {}).items() if k != "checkedAt"}
     if summary != previous:
         patch.status["compliance"] = {**summary, "checkedAt": now.strftime("%Y-%m-%dT%H:%M:%SZ")}
+    servers = server_load(mount_loads(consumers, reports), kind=contract.kind)
+    if servers != (status.get("servers") or []):
+        patch.status["servers"] = servers
     state, reason, message = compliance.condition()
     current = find_condition(status.get("conditions"), "Compliant")
     if not current or (current["status"], current["reason"], current["message"]) != (state, reason, message):
@@ -174,10 +185,11 @@ def announce_findings(
     name: str, spec: kopf.Spec, type: str, memo: kopf.Memo, contracts: kopf.Index, claims_by_volume: kopf.Index,
     profiles_by_class: kopf.Index, pods_by_uid: kopf.Index, rollouts_under_way: kopf.Index, **_,
 ) -> None:
-    """Post a Warning Event on each pod whose mount drifted or that runs SQLite on NFS, once per finding.
+    """Post a Warning Event on each pod whose mount drifted, is stuck or struggling, or runs SQLite on NFS.
 
-    Option drift on a profile whose rollout is under way is expected (replicas wait their turn) and is
-    reported in status only; the rollout itself says what blocks it.
+    Each finding once. Option drift on a profile whose rollout is under way is expected (replicas wait
+    their turn) and is reported in status only; the rollout itself says what blocks it. How a mount is
+    doing (ThroughputPlateau, TransportUnhealthy, StuckOnNFS) is said whatever its options.
     """
     if type == "DELETED" or not spec:
         return
@@ -192,9 +204,15 @@ def announce_findings(
         contract = _one(contracts, profile) if profile else None
         if pod is None or contract is None:
             continue
-        verdict = assess(Consumer(pod_uid, pod["namespace"], pod["name"], name, volume_name), contract,
+        verdict = assess(Consumer(pod_uid, pod["namespace"], pod["name"], name, volume_name,
+                                  volume.get("mountOptions"), volume.get("storageClass")), contract,
                          {name: view}, now=view.scan_time, stale_after=STALE_AFTER)
-        if verdict.state is VolumeState.DRIFTED and profile not in rollouts_under_way:
+        no_drift_events = verdict.state is not VolumeState.DRIFTED or profile in rollouts_under_way
+        for finding in verdict.findings:
+            if finding.reason in HEALTH_REASONS:  # how the mount is doing: said whatever its options
+                _post_once(posted, pod_uid, pod, str(finding.reason),
+                           f"{volume_name} on {name} (StorageProfile {profile}): {finding.message} {finding.remedy}")
+        if not no_drift_events:
             for finding in verdict.findings:
                 if finding.reason in _EVENT_REASONS and finding.severity != "info":
                     _post_once(posted, pod_uid, pod, _EVENT_REASONS[finding.reason],
