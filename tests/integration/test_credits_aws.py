@@ -125,7 +125,7 @@ def test_provisioned_facts_and_an_unknown_file_system(moto_server):
     clients = make_clients(region=moto_server.region, endpoint_url=moto_server.endpoint_url)
 
     facts = describe_file_systems(clients, [provisioned])[provisioned]
-    assert facts == FileSystemFacts(provisioned, ThroughputMode.PROVISIONED, None, 10 * MIB)
+    assert facts == FileSystemFacts(provisioned, ThroughputMode.PROVISIONED, None, 10 * MIB, "generalPurpose")
 
     missing = fetch_credit_series(clients, [provisioned, "fs-00000000"], WINDOW, aligned_now())
     problem = missing["fs-00000000"]
@@ -248,7 +248,7 @@ def test_a_role_that_may_not_list_file_systems_describes_each(moto_server):
         stub.add_client_error("describe_file_systems", "AccessDeniedException", "denied", 403, None,
                               {"FileSystemId": "fs-2"})  # fmt: skip
         found = describe_file_systems(clients, ["fs-1", "fs-2"])
-    assert found["fs-1"] == FileSystemFacts("fs-1", ThroughputMode.ELASTIC, 20 * GIB, None)
+    assert found["fs-1"] == FileSystemFacts("fs-1", ThroughputMode.ELASTIC, 20 * GIB, None, "generalPurpose")
     assert found["fs-2"].reason is ProblemReason.ACCESS_DENIED
     assert clients.calls.describe_file_systems == 3
 

@@ -95,11 +95,19 @@ def agent_command(
     it (they share its options), server and how many mounts use it (nconnect is
     fixed by the first), and per-operation RPC totals.
 
+    Each volume also gets its recent activity (read and write bytes per second,
+    retransmissions, major timeouts and reconnects over --activity-window) and
+    how often its pod's processes were in uninterruptible sleep (D), sampled
+    --process-samples times a scan from /proc/<pid>/stat.
+
     The report is written only when something other than the counters changed,
     and as a heartbeat every --heartbeat seconds; /metrics serves live rates
     (mountwarden_nfs_operations_per_second, ..._rtt_milliseconds,
     ..._execute_milliseconds, ..._queue_milliseconds by node, pod_uid, volume,
-    op) and the agent's health. A failed scan or write is logged, counted and
+    op; ..._read_bytes_per_second, ..._write_bytes_per_second,
+    ..._retransmissions_per_second, ..._major_timeouts_per_second,
+    ..._reconnects_per_second, ..._uninterruptible_share by node, pod_uid,
+    volume) and the agent's health. A failed scan or write is logged, counted and
     retried at the next scan. The agent refuses to write when --node-name is
     not a node, or names another machine (the Node's boot ID differs from this
     kernel's): exit code 2.
@@ -274,7 +282,9 @@ def audit_command(
 
     With --profile or --preset, each volume is checked against the declared
     options. A finding has a reason: OptionMismatch (an option in effect
-    differs), SuperblockShared (it differs and another mount shares the
+    differs), UndeclaredOption (an option that changes behaviour is in effect
+    although nothing declares it: sync, noac, ac* times, lookupcache, nocto,
+    soft, nolock, local_lock), SuperblockShared (it differs and another mount shares the
     superblock, whose options the first mount fixed: the fix is to move or
     restart the other consumer, or nosharecache) or NconnectIgnored (the
     server's first mount fixed the number of connections).
