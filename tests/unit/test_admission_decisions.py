@@ -238,7 +238,8 @@ def test_other_contents_are_not_sqlite():
 
 def warning_for(options: str, what: str, where: str = "EFS fs-0123456789abcdef0") -> str:
     return (f"StorageProfile importer-scratch: on Bursting {where} its effective options {options} make {what}, "
-            "each metered as at least 4 KiB and paid from the burst credits meant for data "
+            "each metered as at least 4 KiB on EFS (EFS User Guide, 'Amazon EFS performance specifications') and "
+            "paid from the burst credits meant for data "
             "(sync,actimeo=0,lookupcache=none made the incident's import take 8 hours); use cachePolicy staging for "
             "data several clients change (1 GETATTR per stat(), never stale: kernel lab), cached where others' "
             "changes may show up to 10 minutes late, or Elastic throughput")

@@ -37,7 +37,7 @@ from mountwarden.core.credits.bucket import ThroughputMode
 from mountwarden.core.options import effective_value
 from mountwarden.core.optiontable import ATTRIBUTE_CACHE_TIMES, OptionValue
 from mountwarden.core.policy import SpecProblem
-from mountwarden.core.presets import EFS_PROVISIONER, CachePolicy, is_efs
+from mountwarden.core.presets import EFS_METERING, EFS_PROVISIONER, CachePolicy, is_efs
 from mountwarden.core.selectors import selector_matches
 from mountwarden.core.storageclass import (
     DEFAULT_CLASS_ANNOTATION,
@@ -295,7 +295,7 @@ def review_claim(claim: Claim, view: ClusterView) -> Review:
         where = f"EFS {owner.file_system_id}" if owner.file_system_id else "EFS"
         findings.append(Finding(
             f"StorageProfile {owner.name}: on Bursting {where} its effective options {', '.join(costly)} make "
-            f"{_what_costs(costly)}, each metered as at least 4 KiB and paid from the burst credits meant for data "
+            f"{_what_costs(costly)}, each {EFS_METERING} and paid from the burst credits meant for data "
             "(sync,actimeo=0,lookupcache=none made the incident's import take 8 hours); use cachePolicy staging for "
             "data several clients change (1 GETATTR per stat(), never stale: kernel lab), cached where others' "
             "changes may show up to 10 minutes late, or Elastic throughput"

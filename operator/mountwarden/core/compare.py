@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from mountwarden.core.options import Severity, effective_value, format_canonical, normalize
 from mountwarden.core.optiontable import ATTRIBUTE_CACHE_TIMES, BY_NAME, Concern, OptionValue, exclusive_group
+from mountwarden.core.presets import EFS_METERING
 
 _SEVERITY_BY_CONCERN = {
     Concern.CONSISTENCY: Severity.ERROR,
@@ -193,8 +194,10 @@ class OriginHints:
 #: Options a later mount silently takes from a superblock it shares (kernel lab: the kernel does not compare
 #: them when it looks for a superblock to share); a mount differing in any behaviour option gets its own.
 INHERITED_THROUGH_SUPERBLOCK: tuple[str, ...] = ("timeo", "retrans", "resvport", "nconnect")
-#: Options in which a difference gives a later mount a superblock of its own (kernel lab).
-SEPARATE_SUPERBLOCK: tuple[str, ...] = ("sync", *ATTRIBUTE_CACHE_TIMES, "lookupcache", "cto", "hard", "ro", "rsize")
+#: Options in which a difference gives a later mount a superblock of its own (kernel lab; lock and
+#: local_lock measured on NFSv3, which NFSv4 ignores anyway).
+SEPARATE_SUPERBLOCK: tuple[str, ...] = ("sync", *ATTRIBUTE_CACHE_TIMES, "lookupcache", "cto", "hard", "ro", "rsize",
+                                        "lock", "local_lock")
 
 
 def probable_origin(names: Iterable[str], hints: OriginHints) -> str:
@@ -230,13 +233,13 @@ def _behaviour_effect(name: str, expected: OptionValue | None, actual: OptionVal
                       observed: Mapping[str, OptionValue]) -> str:
     """What the undeclared value does, with its source."""
     if name == "sync" and actual:
-        return ("Every write() waits for the server: a round trip per write (nfs(5)), each metered as at least "
-                "4 KiB on EFS; sync is one of the three flags behind the 8-hour import (the incident), and it does "
+        return (f"Every write() waits for the server: a round trip per write (nfs(5)), each {EFS_METERING}; "
+                "sync is one of the three flags behind the 8-hour import (the incident), and it does "
                 "not make other clients see the writes any sooner (kernel lab).")
     if name in ATTRIBUTE_CACHE_TIMES and isinstance(actual, int) and isinstance(expected, int):
         if actual < expected:
             return (f"{name}={actual} revalidates attributes sooner than the contract implies: more GETATTR round "
-                    "trips, each metered as at least 4 KiB on EFS (kernel lab: 5 RPCs per stat() two directories "
+                    f"trips, each {EFS_METERING} (kernel lab: 5 RPCs per stat() two directories "
                     "down with actimeo=0 and lookupcache=none).")
         return (f"{name}={actual}: another client's change can stay invisible to stat() for up to {actual} s "
                 "(nfs(5); kernel lab).")
@@ -268,8 +271,8 @@ def _ac_times_as_one(differences: list[tuple[str, OptionValue, OptionValue]]) ->
     expected = ",".join(format_canonical(name, value) for name, value, _ in times)
     if len(times) == 4 and values == {0} and synchronous:
         return ("noac", expected + ",async", "noac (actimeo=0 plus sync)",
-                "Every stat() is a GETATTR round trip and every write() waits for the server (nfs(5)), each metered "
-                "as at least 4 KiB on EFS: noac is two of the three flags behind the 8-hour import (the incident).")
+                f"Every stat() is a GETATTR round trip and every write() waits for the server (nfs(5)), each "
+                f"{EFS_METERING}: noac is two of the three flags behind the 8-hour import (the incident).")
     if len(times) == 4 and len(values) == 1:
         value = times[0][2]
         option = f"actimeo={value}"
@@ -279,10 +282,10 @@ def _ac_times_as_one(differences: list[tuple[str, OptionValue, OptionValue]]) ->
     directories_only = all(name.startswith("acdir") for name, _, _ in times)
     if value == 0 and directories_only:
         effect = ("Directory attributes are never cached: each path component of every stat() and open() is "
-                  "revalidated, a round trip each, metered as at least 4 KiB on EFS (kernel lab).")
+                  f"revalidated, a round trip each, {EFS_METERING}; kernel lab.")
     elif value == 0:
-        effect = ("Attributes are never cached: every stat() is a GETATTR round trip, each metered as at least 4 KiB "
-                  "on EFS (kernel lab).")
+        effect = (f"Attributes are never cached: every stat() is a GETATTR round trip (kernel lab), each "
+                  f"{EFS_METERING}.")
     else:
         effect = (f"Another client's change can stay invisible to stat() for up to {value} s, and a name this client "
                   "failed to find can stay missing as long (nfs(5); kernel lab).")

@@ -7,6 +7,7 @@ from mountwarden.core.mountactivity import DEFAULT_PER_FLOW_CAP_GBPS
 from mountwarden.core.options import kernel_io_size, suggest
 from mountwarden.core.optionsyntax import parse_option_tokens
 from mountwarden.core.optiontable import SPELLINGS, VERSION_FLAGS, Origin
+from mountwarden.core.presets import EFS_METERING
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,12 +29,13 @@ class Explanation:
 def _value_note(name: str, value: str | None) -> str:
     """Consequences that depend on the value, not only on the option."""
     if name in ("actimeo", "acregmin", "acregmax", "acdirmin", "acdirmax") and value == "0":
-        return ("0 disables this cache: every stat() is a GETATTR round trip (~1 ms on EFS, metered as 4 KiB). "
+        return (f"0 disables this cache: every stat() is a GETATTR round trip, {EFS_METERING}. "
                 "It makes this client see others' changes sooner; it does not make others see this client's.")
     if name in ("actimeo", "acregmax") and value and value.isascii() and value.isdigit() and int(value) >= 60:
         return f"Another client's change to a file can stay invisible here for up to {value} s."
     if name == "lookupcache" and value == "none":
-        return "Every path component of every open is a LOOKUP round trip; on EFS each is metered as 4 KiB."
+        return (f"Every path component of every stat() and open() is a LOOKUP round trip (kernel lab), each "
+                f"{EFS_METERING}.")
     if name == "nconnect" and value and value.isascii() and value.isdigit():
         return _nconnect_note(int(value))
     if name in ("rsize", "wsize") and value and value.isascii() and value.isdigit():

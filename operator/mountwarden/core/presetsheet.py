@@ -88,7 +88,7 @@ def reference() -> str:
         f"Linux {kernel_release()} NFS client in the kernel lab (`make kernel-facts`, "
         "[kernel behaviour](kernel-behaviour.md)), mounting each preset as a profile on EFS does (the AWS baseline "
         "under the preset) against a server that grants no delegations, as EFS grants none.", "",
-        f"**No preset is for SQLite or for trees of many small files.** {LOCAL_STORAGE_NOTE}", "",
+        f"**SQLite and trees of many small files.** {LOCAL_STORAGE_NOTE}", "",
     ]
     for sheet in preset_sheets():
         preset, promise = sheet.preset, sheet.preset.promise

@@ -75,6 +75,7 @@ def render(facts: dict) -> str:
     seconds = facts["coherence_seconds"]
     lines += _presets_section(facts["presets"], seconds, "## Cost and staleness per preset")
     if facts.get("former_presets"):
+        lines.append("")
         lines += _presets_section(facts["former_presets"], seconds, "## Deprecated presets, as they were",
                                   "The options a deprecated preset had before it was redefined (a profile naming it "
                                   "now gets its replacement's options through a new StorageClass version), measured "
@@ -87,7 +88,7 @@ def _sharing_summary(cases: list[dict]) -> str:
     separate = [case["first"] for case in cases if not case["shared"]]
     return (f"Measured: the kernel shares a superblock between mounts that differ in {', '.join(map(_code, shared))} "
             "(the per-mount flags noatime and nosuid stay the mount's own; NFSv4 ignores nolock and local_lock "
-            f"anyway), and gives a superblock of its own to a mount that differs in {', '.join(map(_code, separate))}. "
+            f"anyway, NFSv3 compares them), and gives a superblock of its own to a mount that differs in {', '.join(map(_code, separate))}. "
             "So the options a later mount can silently lose to a shared superblock are timeo, retrans, resvport and "
             "nconnect. `nosharecache` always gives a mount a superblock of its own, but nfs(5) calls that a data "
             "risk: multiple cached copies of the same file on one client can become out of sync after a local "
@@ -99,7 +100,6 @@ def _presets_section(presets: dict, seconds: float, title: str, intro: str = "")
     if intro:
         lines += [intro, ""]
     lines += [f"A writer on another client appends and closes every 0.25 s for {seconds:.0f} s; one reader "
-              f"A writer on another client appends and closes every 0.25 s for {seconds:.0f} s; one reader "
               "stat()s the path every 0.05 s, another open()s and fstat()s it. Staleness is the worst age of a "
               "size a reader saw (from the close of the first write it had not seen). New file: two readers on "
               "clients of their own look a name up and fail, then the writer creates it; how long each still fails, "
