@@ -26,7 +26,7 @@ testbin: ## Build etcd, the Kubernetes control plane, kwok and helm from source 
 lab: venv ## Build the kernel lab image (Debian kernel + NFS server and client for QEMU; cached outside the checkout)
 	hack/lab/build.sh >/dev/null
 
-kernel-facts: venv lab ## Measure the kernel in the lab VM into operator/mountwarden/core/kernel_facts.json (5-10 min)
+kernel-facts: venv lab ## Measure the kernel in the lab VM into operator/mountwarden/core/kernel_facts.json (15-20 min)
 	MOUNTWARDEN_LAB_DIR=$$(hack/lab/build.sh) $(BIN)/mountwarden lab measure --output operator/mountwarden/core/kernel_facts.json
 
 crds: venv ## Regenerate crds/ from the API models

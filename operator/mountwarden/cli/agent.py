@@ -284,10 +284,12 @@ def audit_command(
     options. A finding has a reason: OptionMismatch (an option in effect
     differs), UndeclaredOption (an option that changes behaviour is in effect
     although nothing declares it: sync, noac, ac* times, lookupcache, nocto,
-    soft, nolock, local_lock), SuperblockShared (it differs and another mount shares the
-    superblock, whose options the first mount fixed: the fix is to move or
-    restart the other consumer, or nosharecache) or NconnectIgnored (the
-    server's first mount fixed the number of connections).
+    soft, nolock, local_lock), SuperblockShared (it differs in timeo, retrans,
+    resvport or nconnect and another mount shares the superblock, whose values
+    the first mount fixed: move or restart the other consumer, or mount with
+    nosharecache, which nfs(5) calls a data risk: cached copies of one file on
+    one client can get out of sync) or NconnectIgnored (the server's first
+    mount fixed the number of connections).
 
     JSON: {proc_root, kubelet_roots, policy {source, options, required,
     forbidden}, compliant, volumes [{pod_uid, volume_name, plugin, driver,

@@ -18,7 +18,8 @@ Two kernel facts shape the result, both measured in the kernel lab (tests/kernel
   the options it compares are equal (ro, sync, rsize/wsize, the ac* times,
   lookupcache, cto, hard/soft, rdirplus...), and does not compare timeo, retrans,
   resvport or nconnect: a later mount that differs only in those silently runs
-  with the first mount's values. ``nosharecache`` opts out.
+  with the first mount's values. ``nosharecache`` opts out, at a cost nfs(5) calls a
+  data risk: cached copies of one file on one client can get out of sync.
 - Mounts to the same server share one NFS client, and ``nconnect`` is fixed by
   the first of them (fs/nfs/client.c, nfs_match_client: version, transport,
   address and port, TLS policy); a later mount's nconnect is ignored.
@@ -31,7 +32,7 @@ from enum import StrEnum
 from functools import lru_cache
 from typing import Protocol
 
-from mountwarden.core.compare import Finding, OriginHints, check
+from mountwarden.core.compare import INHERITED_THROUGH_SUPERBLOCK, Finding, OriginHints, check
 from mountwarden.core.kubelet import KubeletPlugin, KubeletVolume, is_subpath_mount, parse_volume_path
 from mountwarden.core.mountactivity import Activity, ProcessSamples, Thresholds, judge, nconnect_has_effect
 from mountwarden.core.options import (
@@ -488,9 +489,11 @@ def check_volume(
         storage_class=storage_class, shared_with=tuple(volume.shared_with))
     option_findings = check(declared, observed, required=required, forbidden=forbidden, origin=origin).findings
     findings = [_option_finding(finding) for finding in option_findings]
-    # An undeclared option was asked for by the mounts sharing the superblock too: not a declared option lost.
+    # A shared superblock explains only the options the kernel does not compare when it shares one
+    # (kernel lab); any other difference gives a mount a superblock of its own, so the mounts sharing
+    # this one asked for the same: the PV or the driver, not the superblock, is to blame.
     drift = [finding for finding in option_findings
-             if finding.severity is not Severity.INFO and not finding.undeclared]
+             if finding.severity is not Severity.INFO and finding.option in INHERITED_THROUGH_SUPERBLOCK]
     if drift and volume.shared_with:
         findings.append(_superblock_shared(volume, drift))
     if (nconnect := _nconnect_ignored(volume, declared, kernel_release)) is not None:
