@@ -141,8 +141,9 @@ def test_a_soft_mount_fails_with_an_error_instead_of_hanging(stopped):
 
 
 def test_the_soft_mounts_timeouts_are_counted_and_judged(stopped):
-    # After the soft mount gave up (the test above), its counters hold the retransmissions and the major
-    # timeout: the agent reports them as rates, and the check makes a TransportUnhealthy finding.
+    # After the soft mount gave up (the test above), its counters hold the major timeout (with no thread
+    # to answer, nothing may even be sent: no retransmission is counted): the agent reports it as a
+    # rate, and the check makes a TransportUnhealthy finding.
     lab, mounts = stopped
     lab.vm.run(["stat", "-f", mounts["soft"]], timeout=120, check=False)
     report = lab.vm.mountwarden("agent", "--once", "--dry-run", "--node-name", "lab", "--proc-root", "/proc",
@@ -150,7 +151,6 @@ def test_the_soft_mounts_timeouts_are_counted_and_judged(stopped):
     soft = next(v for v in report["volumes"] if v["mountPoint"] == mounts["soft"])
     activity = soft["activity"]
     assert activity["majorTimeoutsPerSecond"] * activity["windowSeconds"] >= 1, activity
-    assert activity["retransmissionsPerSecond"] > 0, activity
     findings = check_volume(MountedVolume.model_validate(soft), {}, thresholds=Thresholds(),
                             kernel_release=report["kernelRelease"]).findings
     unhealthy = [f for f in findings if f.reason == "TransportUnhealthy"]

@@ -192,7 +192,7 @@ def test_a_v3_only_gateway_needs_vers_3_and_its_ports():
 
 def test_without_rpcbind_locks_need_nolock():
     (warning,) = gateway("vers=3", "port=2049", "mountport=20048").warnings
-    assert "cannot find a lock manager" in warning.message and "Add nolock." in warning.message
+    assert "NFSv3 locking needs it" in warning.message and "Add nolock." in warning.message
 
 
 def test_nolock_is_no_sqlite_hazard_on_a_read_only_volume():

@@ -152,10 +152,11 @@ def _check_gateway(options: dict[str, OptionValue], sqlite: str) -> tuple[list[S
                                          "(the gateway's NFS and MOUNT ports, often 2049 and 20048)."))
     read_only = bool(effective_value(options, "ro"))
     if effective_value(options, "lock") is not False:
-        warnings.append(SpecProblem(field, "an nfsv3-gateway runs no rpcbind, so the kernel cannot find a lock "
-                                           "manager (NLM is located through rpcbind): every fcntl() lock fails or "
-                                           "waits. Add nolock" + ("." if read_only else
-                                                                  ", and keep SQLite off the volume (sqlite: forbid).")))
+        warnings.append(SpecProblem(field, "an nfsv3-gateway runs no rpcbind, and NFSv3 locking needs it (the "
+                                           "lock manager and statd are found through rpcbind): in the kernel lab a "
+                                           "v3 mount without nolock did not come up with rpcbind gone. Add nolock"
+                                           + ("." if read_only else
+                                              ", and keep SQLite off the volume (sqlite: forbid).")))
     elif not read_only and sqlite != "forbid":
         warnings.append(SpecProblem(field, "nolock keeps locks on each node: two nodes can write one SQLite database "
                                            "at once and corrupt it (kernel lab: a second NFSv3 client with nolock is "
