@@ -96,7 +96,7 @@ PRESETS: dict[CachePolicy, Preset] = {
             use_for="Directories several clients change and must see changed at once, metadata and listings "
                     "included, at few operations per second.",
             not_for=NOT_FOR_SQLITE_OR_SMALL_FILES + " Not for anything busy on a Bursting EFS file system: "
-                    "staging gives the same freshness of stat() for a fifth of the round trips.",
+                    "staging gives the same freshness of stat() for about a fifth of the round trips (kernel lab).",
             promise=Promise(
                 stat_by_path="Never stale: nothing is cached (actimeo=0), every stat() asks the server "
                              "(kernel lab: 0 s).",
@@ -105,8 +105,7 @@ PRESETS: dict[CachePolicy, Preset] = {
                 writes=ASYNC_WRITES,
                 cost="Every stat() and open() revalidates each component of the path: 5 round trips per stat() of "
                      f"a file two directories down (kernel lab), each {EFS_METERING}: a 20 GiB Bursting file "
-                     "system with no credits left does only 256 "
-                     "of them a second.",
+                     "system with no credits left does only 256 of them a second.",
             ),
         ),
         Preset(
@@ -144,7 +143,8 @@ PRESETS: dict[CachePolicy, Preset] = {
                           "600 s after another client creates it (lookupcache=all keeps failed lookups until the "
                           "directory's attributes expire, acdirmax=600; kernel lab).",
                 writes=ASYNC_WRITES,
-                cost="Almost no metadata round trips (kernel lab: no GETATTR in 50 stat() calls): the file system's budget goes to data.",
+                cost="Almost no metadata round trips (kernel lab: no GETATTR in 50 stat() calls): the file "
+                     "system's budget goes to data.",
             ),
         ),
         Preset(
@@ -152,12 +152,14 @@ PRESETS: dict[CachePolicy, Preset] = {
             ("ro", "actimeo=600", "nocto", "lookupcache=all"),
             use_for="Static content nobody writes while it is mounted: models, assets, reference data.",
             not_for="Anything that changes while mounted: other clients' changes stay invisible for up to 10 "
-                    "minutes. SQLite databases other than read-only ones opened with immutable=1.",
+                    "minutes. SQLite databases, unless opened read-only with immutable=1, which takes no locks "
+                    "(sqlite.org, 'Uniform Resource Identifiers').",
             promise=Promise(
                 stat_by_path="Up to 10 minutes stale (acregmax=600; kernel lab: stale for the whole run).",
                 open_after_close="Fresh on NFSv4: nocto skips the revalidation on open, but without a delegation "
                                  "(EFS grants none) every open() is an OPEN round trip that brings fresh attributes "
-                                 "back (kernel lab: 0 s). On NFSv3, open() may be up to 10 minutes stale.",
+                                 "back (kernel lab: 0 s). On NFSv3, nocto lets open() use attributes up to 10 "
+                                 "minutes old (nfs(5)).",
                 new_files="Up to 10 minutes, as cached (lookupcache=all, acdirmax=600; kernel lab).",
                 writes="None: the mount is read-only (ro).",
                 cost="Almost no metadata round trips, as cached: nocto saves nothing on NFSv4 without delegations, "
@@ -189,8 +191,8 @@ DEPRECATED: dict[CachePolicy, Deprecation] = {
     CachePolicy.COHERENT: Deprecation(
         CachePolicy.COHERENT, CachePolicy.STAGING, ("cto", "lookupcache=positive", "acregmax=3"),
         "its options (cto,lookupcache=positive,acregmax=3, so acregmin=acregmax=3) left stat() by path up to 3 s "
-        "stale (measured in the kernel lab), the window in which the upload incident's second replica read a cached size "
-        "and the chunked upload failed with 416.",
+        "stale (measured in the kernel lab), the window in which the upload incident's second replica read a "
+        "cached size and the chunked upload failed with 416.",
     ),
 }
 
