@@ -6,8 +6,7 @@ profile reaches running consumers in three steps: patch the PVs (strategy
 PatchBoundVolumes), restart each consuming workload the way ``kubectl rollout
 restart`` does, and prove on the nodes that every replica really mounted the new
 options. The proof matters: pods of one export on one node can share an NFS
-superblock, and a new mount that differs only in timeo, retrans, resvport or nconnect
-then silently keeps the first mount's values (kernel lab).
+superblock, and a new mount then silently keeps the first mount's options.
 
 Everything here is pure: the world (PVs, pods, workloads, node reports) comes in
 as plain dataclasses parsed from the objects' wire form, and the next actions and
