@@ -39,7 +39,7 @@ node: venv lab ## Build what the real node needs: its image (the lab + container
 	hack/lab/build.sh node >/dev/null
 	hack/nodebin/build.sh >/dev/null
 
-kernel-facts: venv lab ## Measure the kernel in the lab VM into operator/mountwarden/core/kernel_facts.json (5-10 min)
+kernel-facts: venv lab ## Measure the kernel in the lab VM into operator/mountwarden/core/kernel_facts.json (15-20 min)
 	MOUNTWARDEN_LAB_DIR=$$(hack/lab/build.sh) $(BIN)/mountwarden lab measure --output operator/mountwarden/core/kernel_facts.json
 
 crds: venv ## Regenerate crds/ from the API models

@@ -6,7 +6,7 @@ Without --kubeconfig it starts its own local control plane (mountwarden.devclust
 afterwards. It runs the operator as users do (`mountwarden operator`, a separate process) with
 every HTTP request it makes counted at the transport (urllib3 for the handlers' client, aiohttp
 for kopf's own), runs tests/nodesim.py in a thread to stand in for the node agents, changes the
-profile from coherent to cached, and waits for the rollout to complete.
+profile from staging to cached, and waits for the rollout to complete.
 
 Figures, in bench/results/rollout.json:
 - rollout_overhead_ratio: the rollout's wall time divided by the sum of the Deployments' own
@@ -270,7 +270,7 @@ def run(args: argparse.Namespace, kubeconfig: str, workdir: Path) -> dict:
     simulator = NodeSimulator(kubernetes.config.new_client_from_config(config_file=kubeconfig), nodes)
     operator = Operator(kubeconfig, args.interval, workdir)
     try:
-        custom.create_cluster_custom_object(GROUP, VERSION, "storageprofiles", profile("coherent"))
+        custom.create_cluster_custom_object(GROUP, VERSION, "storageprofiles", profile("staging"))
 
         def status() -> dict:
             return custom.get_cluster_custom_object(GROUP, VERSION, "storageprofiles", PROFILE).get("status") or {}

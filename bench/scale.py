@@ -86,7 +86,7 @@ def load(api, args) -> tuple[list[str], dict[str, list[str]]]:
     nodes = [node.metadata.name for node in core.list_node().items]
     profiles = [f"scale-{n}" for n in range(args.profiles)]
     for name in profiles:
-        custom.create_cluster_custom_object(GROUP, VERSION, "storageprofiles", profile(name, "coherent"))
+        custom.create_cluster_custom_object(GROUP, VERSION, "storageprofiles", profile(name, "staging"))
     namespaces = [f"scale-{n}" for n in range(NAMESPACES)]
     bulk([lambda ns=ns: core.create_namespace({"metadata": {"name": ns}}) for ns in namespaces])
     volumes: dict[str, list[str]] = {name: [] for name in profiles}

@@ -84,7 +84,7 @@ def handler_latency(profiles: int, classes: int, samples: int) -> dict:
     for i in range(profiles):
         name = f"profile-{i}"
         index({"metadata": {"name": name, "uid": name},
-               "spec": {"backend": {"provisioner": NFS}, "cachePolicy": "coherent",
+               "spec": {"backend": {"provisioner": NFS}, "cachePolicy": "staging",
                         "consumers": {"namespaceSelector": {"matchLabels": {"team": f"team-{i % 200}"}},
                                       "pvcSelector": {"matchLabels": {"app": f"app-{i}"}}}},
                "status": {"storageClassName": f"{name}-v{versions}", "version": versions}}, "profiles_by_name")
@@ -208,7 +208,7 @@ def end_to_end(kubeconfig: str, creates: int, workdir: Path) -> dict:
     for i, name in enumerate(profiles):
         custom.create_cluster_custom_object(GROUP, VERSION, "storageprofiles", {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "StorageProfile", "metadata": {"name": name},
-            "spec": {"backend": {"provisioner": NFS}, "cachePolicy": "coherent",
+            "spec": {"backend": {"provisioner": NFS}, "cachePolicy": "staging",
                      "consumers": {"namespaceSelector": {"matchLabels": {"team": RUN}},
                                    "pvcSelector": {"matchLabels": {"app": f"app-{i}"}}}}})
 

@@ -298,7 +298,7 @@ def test_one_replica_answers_and_the_standby_takes_over(cluster, release, operat
     profile = {"apiVersion": "mountwarden.io/v1alpha1", "kind": "StorageProfile", "metadata": {"name": "e2e-guarded"},
                "spec": {"backend": {"provisioner": "nfs.csi.k8s.io",
                                     "parameters": {"server": "nfs.example.internal", "share": "/exports"}},
-                        "cachePolicy": "coherent", "enforcement": "deny",
+                        "cachePolicy": "staging", "enforcement": "deny",
                         "consumers": {"pvcSelector": {"matchLabels": {"app": "e2e-guarded"}}}}}
     cluster.kubectl("apply", "-f", "-", input=json.dumps(profile))
     try:

@@ -2,7 +2,7 @@
 
 One EFS file system (moto) serves an importer that keeps a SQLite database on a
 `cached` scratch volume and an upload service that assembles chunks on a
-`coherent` staging directory. kubectl shows the admission warnings; the agents,
+`staging` staging directory. kubectl shows the admission warnings; the agents,
 reading each node's /proc (written by a kernel simulator from real mountstats
 blocks), report what is mounted and the SQLite locks; the operator turns that
 into compliance, Events and a credit forecast for the draining file system; a
@@ -104,7 +104,7 @@ def test_the_incident_end_to_end(cluster, kube, operator, moto_server, agents, u
         kube.core.create_namespace({"metadata": {"name": namespace, "labels": {"team": team}}})
     apply(cluster,
           profile(importer, file_system, "cached", "data", "importer", sqlite="warn"),
-          profile(uploads, file_system, "coherent", "web", "uploads",
+          profile(uploads, file_system, "staging", "web", "uploads",
                   rollout={"strategy": "PatchBoundVolumes", "approval": "Automatic"}))
     for name in (importer, uploads):
         wait_for(lambda name=name: (kube.condition(name, "Ready") or {}).get("status") == "True", what=f"{name} Ready")
@@ -122,12 +122,12 @@ def test_the_incident_end_to_end(cluster, kube, operator, moto_server, agents, u
 
     # What the provisioner and the kubelet would do: volumes with the classes' options, pods mounting them.
     importer_options = status(kube, importer)["effectiveMountOptions"]
-    coherent_options = status(kube, uploads)["effectiveMountOptions"]
+    staging_options = status(kube, uploads)["effectiveMountOptions"]
     apply(cluster,
           volume(f"importer-scratch-pv-{unique}", {"namespace": data, "name": "importer-db"}, importer_class,
                  importer_options, file_system),
           volume(f"uploads-pv-{unique}", {"namespace": web, "name": "uploads-staging"}, uploads_class,
-                 coherent_options, file_system),
+                 staging_options, file_system),
           deployment(data, "importer", "importer-db", 1),
           deployment(web, "uploads", "uploads-staging", 2))
 
@@ -151,7 +151,7 @@ def test_the_incident_end_to_end(cluster, kube, operator, moto_server, agents, u
     assert credits["message"].startswith("balance 1.2 TiB falling 96 MiB/s: empty in")
     assert kube.condition(uploads, "CreditsDraining")["status"] == "True"
 
-    # A policy change: the upload service needs fresh attributes on every stat. The webhook warns what
+    # A policy change: the upload service wants listings fresh too (strict). The webhook warns what
     # that costs on a Bursting file system; the rollout restarts the Deployment and verifies it.
     tighter = profile(uploads, file_system, "strict", "web", "uploads",
                       rollout={"strategy": "PatchBoundVolumes", "approval": "Automatic"})
@@ -170,6 +170,7 @@ def test_the_incident_end_to_end(cluster, kube, operator, moto_server, agents, u
              timeout=TIMEOUT, what="both new replicas verified with the strict options")
     # A new claim on the strict class: the webhook says what strict costs on a Bursting file system.
     costly = apply(cluster, claim(web, "uploads-more", f"{uploads}-v2", {"app": "uploads"}))
-    assert (f"Warning: StorageProfile {uploads}: cachePolicy strict on Bursting EFS {file_system} meters every "
-            "stat as 4 KiB; use coherent, or Elastic throughput") in costly.stderr
+    assert (f"Warning: StorageProfile {uploads}: on Bursting EFS {file_system} its effective options actimeo=0, "
+            "lookupcache=none make every stat() and open() a round trip per path component") in costly.stderr
+    assert "use cachePolicy staging for data several clients change" in costly.stderr
     assert Path(agents.proc_root(cluster.node_names[0])).exists()

@@ -90,12 +90,13 @@ class Mount:
 
 @dataclass(frozen=True)
 class Process:
-    """A /proc/<pid> directory: cgroup and maps text, and open files as fd -> target links."""
+    """A /proc/<pid> directory: cgroup, maps and stat text, and open files as fd -> target links."""
 
     pid: int
     cgroup: str | None = None
     maps: str | None = None
     fds: dict[int, str] = field(default_factory=dict)
+    stat: str | None = None
 
 
 @dataclass
@@ -254,6 +255,8 @@ def _write_process(directory: Path, process: Process) -> None:
         (pid_dir / "cgroup").write_text(process.cgroup)
     if process.maps is not None:
         (pid_dir / "maps").write_text(process.maps)
+    if process.stat is not None:
+        (pid_dir / "stat").write_text(process.stat)
     fd_dir = pid_dir / "fd"
     fd_dir.mkdir(exist_ok=True)
     for number, target in process.fds.items():

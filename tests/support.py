@@ -135,7 +135,7 @@ class OperatorProcess:
         assert self.process is not None and self.process.poll() is None, f"operator exited:\n{self.logs()[-4000:]}"
 
 
-def profile_body(name: str, cache_policy: str = "coherent", **spec) -> dict:
+def profile_body(name: str, cache_policy: str = "staging", **spec) -> dict:
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "StorageProfile",

@@ -147,15 +147,15 @@ _PLAIN = (EfsMetric.BURST_CREDIT_BALANCE, EfsMetric.PERMITTED_THROUGHPUT, EfsMet
           EfsMetric.PERCENT_IO_LIMIT)
 
 
-def seed_scenario(moto: MotoServer, scenario: Scenario, now: datetime) -> str:
+def seed_scenario(moto: MotoServer, scenario: Scenario, now: datetime, **arguments) -> str:
     """A Bursting file system holding ``scenario``'s series, the newest period ending at ``now``.
 
     Each point is stamped in the middle of its period, so that it stays in its bucket whichever
     StartTime a query counts buckets from (the CLI's "now" is a few seconds later than this one).
     moto reports no size (SizeInBytes 0): the size is the StorageBytes (Standard) metric, as for
-    the seed above.
+    the seed above. ``arguments`` go to CreateFileSystem (PerformanceMode="maxIO").
     """
-    fs_id = create_file_system(moto, scenario.name)
+    fs_id = create_file_system(moto, scenario.name, **arguments)
     cloudwatch = boto(moto, "cloudwatch")
     dimensions = [{"Name": "FileSystemId", "Value": fs_id}]
     data = []

@@ -131,6 +131,41 @@ def test_the_configuration_points_at_the_operator_and_never_blocks(kube, webhook
         {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]
 
 
+def test_a_deprecated_preset_keeps_working_and_changes_options_only_through_a_new_version(
+        cluster, kube, webhook, unique, profiles):
+    """A profile made when coherent meant acregmax=3 keeps working: warned about, moved by a new version."""
+    name = f"uploads-{unique}"
+    profiles.append(name)
+    # What the operator used to make of cachePolicy coherent: the same StorageClass content.
+    former = profile(name, None, mountOptions=["cto", "lookupcache=positive", "acregmax=3"])
+    former["spec"].pop("cachePolicy")
+    assert answer(apply(cluster, former)) == NOTHING
+    ready(kube, name)
+    bound_pv(kube, f"pv-{unique}", f"{name}-v1")
+    try:
+        renamed = profile(name, "coherent")
+        # The webhook's indexes learn of v1 asynchronously: wait until a dry run sees the version change too.
+        wait_for(lambda: len(answer(apply(cluster, renamed, dry_run=True))[0]) == 2, what="both warnings")
+        warnings, denial = answer(apply(cluster, renamed))
+        assert denial is None
+        deprecated, version = warnings
+        assert deprecated.startswith(f"StorageProfile {name}: spec.cachePolicy: cachePolicy coherent is deprecated")
+        assert "It now means staging (acregmin=0,acregmax=0,lookupcache=positive,cto)" in deprecated
+        assert version == (f"StorageProfile {name}: this change makes a new StorageClass {name}-v2; "
+                           "1 bound PersistentVolume keeps its old mount options until remounted")
+        ready(kube, name, version=2)
+        status = kube.profile(name)["status"]
+        assert status["warnings"] and "cachePolicy coherent is deprecated" in status["warnings"][0]
+        assert "1 warning(s) in status.warnings" in kube.condition(name, "Ready")["message"]
+        classes = kube.classes_of(name)
+        assert "acregmin=0" in classes[f"{name}-v2"].mount_options
+        # The bound volume keeps its class and options until the rollout (spec.rollout) moves it.
+        assert "acregmax=3" in classes[f"{name}-v1"].mount_options
+        assert classes[f"{name}-v1"].metadata.annotations["mountwarden.io/superseded-by"] == f"{name}-v2"
+    finally:
+        kube.core.delete_persistent_volume(f"pv-{unique}")
+
+
 def test_superseded_class_and_a_consumer_on_the_wrong_class(cluster, kube, webhook, namespace, unique, profiles):
     name = f"importer-{unique}"
     consumer = {"app": name}
@@ -140,7 +175,7 @@ def test_superseded_class_and_a_consumer_on_the_wrong_class(cluster, kube, webho
     ready(kube, name)
     bound_pv(kube, f"pv-{unique}", f"{name}-v1")
     try:
-        changed = profile(name, "coherent", consumers={"pvcSelector": {"matchLabels": consumer}})
+        changed = profile(name, "staging", consumers={"pvcSelector": {"matchLabels": consumer}})
         expected = ([f"StorageProfile {name}: this change makes a new StorageClass {name}-v2; "
                      "1 bound PersistentVolume keeps its old mount options until remounted"], None)
         assert settled(lambda dry: apply(cluster, changed, dry_run=dry), expected) == expected

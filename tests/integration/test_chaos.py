@@ -16,7 +16,7 @@ from mountwarden.core.storageclass import HASH_ANNOTATION
 
 pytestmark = [pytest.mark.cluster, pytest.mark.chaos]
 
-POLICIES = ["strict", "coherent", "cached", "read-only"]
+POLICIES = ["strict", "staging", "cached", "read-only"]
 
 
 def converged(kube, names, policies):
@@ -49,7 +49,7 @@ def assert_clean_lineages(kube, names, held: dict[str, str]):
 def test_operator_killed_at_random_points_of_reconciles_converges(kube, operator, unique):
     rng = random.Random(unique)
     names = [f"chaos-{unique}-{n}" for n in range(5)]
-    policies = {name: "coherent" for name in names}
+    policies = {name: "staging" for name in names}
     for name in names:
         kube.apply_profile(profile_body(name, policies[name]))
     wait_for(lambda: converged(kube, names, policies), timeout=90, what="first reconcile")
@@ -79,7 +79,7 @@ def test_api_server_restarted_during_reconciles(cluster, kube, operator, unique)
     if cluster.dev_cluster is None:
         pytest.skip("restarting the API server needs the local control plane, not an existing cluster")
     names = [f"outage-{unique}-{n}" for n in range(4)]
-    policies = {name: "coherent" for name in names}
+    policies = {name: "staging" for name in names}
     for name in names:
         kube.apply_profile(profile_body(name, policies[name]))
     # Changes the operator is working on when the API server goes away...

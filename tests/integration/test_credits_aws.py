@@ -125,7 +125,7 @@ def test_provisioned_facts_and_an_unknown_file_system(moto_server):
     clients = make_clients(region=moto_server.region, endpoint_url=moto_server.endpoint_url)
 
     facts = describe_file_systems(clients, [provisioned])[provisioned]
-    assert facts == FileSystemFacts(provisioned, ThroughputMode.PROVISIONED, None, 10 * MIB)
+    assert facts == FileSystemFacts(provisioned, ThroughputMode.PROVISIONED, None, 10 * MIB, "generalPurpose")
 
     missing = fetch_credit_series(clients, [provisioned, "fs-00000000"], WINDOW, aligned_now())
     problem = missing["fs-00000000"]
@@ -248,7 +248,7 @@ def test_a_role_that_may_not_list_file_systems_describes_each(moto_server):
         stub.add_client_error("describe_file_systems", "AccessDeniedException", "denied", 403, None,
                               {"FileSystemId": "fs-2"})  # fmt: skip
         found = describe_file_systems(clients, ["fs-1", "fs-2"])
-    assert found["fs-1"] == FileSystemFacts("fs-1", ThroughputMode.ELASTIC, 20 * GIB, None)
+    assert found["fs-1"] == FileSystemFacts("fs-1", ThroughputMode.ELASTIC, 20 * GIB, None, "generalPurpose")
     assert found["fs-2"].reason is ProblemReason.ACCESS_DENIED
     assert clients.calls.describe_file_systems == 3
 
@@ -445,6 +445,17 @@ def test_cli_advises_elastic_with_its_cost_in_the_trap(moto_server):
     assert 500 < advice["monthly_cost_usd"]["elastic"] == estimate["monthly_cost_usd"] < 520
     assert estimate["billed_write_bytes"] > 7.5 * 47 / 48 * trap_written_bytes()
     assert "us-east-1" in estimate["prices"] and "aws.amazon.com/efs/pricing" in estimate["prices"]
+
+
+def test_cli_advice_fits_a_max_io_file_system(moto_server):
+    # DescribeFileSystems says Max I/O: Elastic cannot serve it and the mode cannot change.
+    importer = seed_scenario(moto_server, trap(), aligned_now(), PerformanceMode="maxIO")
+    code, document = forecast_json(moto_server, importer)
+    assert (code, document["state"], document["performance_mode"]) == (1, "Trap", "maxIO")
+    advice = document["recommendation"]
+    assert advice["mode"] == "elastic"  # nothing to size Provisioned by: a new General Purpose file system
+    assert "Max I/O performance mode, which Elastic throughput does not support" in advice["reason"]
+    assert "new General Purpose file system in Elastic mode" in advice["reason"]
 
 
 def trap_written_bytes() -> float:

@@ -83,7 +83,7 @@ def test_a_nightly_drain_reads_draining_and_the_status_names_who_drains(
                                                                 "fileSystemId": file_system}}
     scratch, staging = f"scratch-{unique}", f"staging-{unique}"
     kube.apply_profile(profile_body(scratch, "cached", backend=backend))  # creditWatch: the CRD's defaults
-    kube.apply_profile(profile_body(staging, "coherent", backend=backend))
+    kube.apply_profile(profile_body(staging, "staging", backend=backend))
     wait_for(lambda: kube.classes_of(scratch) and kube.classes_of(staging), what="both classes")
     node = cluster.node_names[1]
     volumes = {"importer": (f"pv-importer-{unique}", f"{scratch}-v1", "/B"),

@@ -10,8 +10,8 @@ pytestmark = pytest.mark.cluster
 
 CACHED = ["vers=4.1", "rsize=1048576", "wsize=1048576", "hard", "timeo=600", "retrans=2", "noresvport",
           "acregmin=600", "acregmax=600", "acdirmin=600", "acdirmax=600", "lookupcache=all"]
-COHERENT = ["vers=4.1", "rsize=1048576", "wsize=1048576", "hard", "timeo=600", "retrans=2", "noresvport",
-            "acregmax=3", "lookupcache=positive", "cto"]
+STAGING = ["vers=4.1", "rsize=1048576", "wsize=1048576", "hard", "timeo=600", "retrans=2", "noresvport",
+           "acregmin=0", "acregmax=0", "lookupcache=positive", "cto"]
 
 
 def ready(kube, name):
@@ -53,7 +53,7 @@ def test_profile_becomes_v1_with_canonical_options(kube, operator, unique):
 
 def test_policy_change_makes_v2_and_deletes_unused_v1(kube, operator, unique):
     name = f"upload-{unique}"
-    kube.apply_profile(profile_body(name, "coherent"))
+    kube.apply_profile(profile_body(name, "staging"))
     wait_for(lambda: class_names(kube, name) == [f"{name}-v1"], what="v1")
     kube.apply_profile(profile_body(name, "cached"))
     wait_for(lambda: class_names(kube, name) == [f"{name}-v2"], what="v2 alone")
@@ -65,14 +65,14 @@ def test_policy_change_makes_v2_and_deletes_unused_v1(kube, operator, unique):
 
 def test_pv_bound_to_v1_keeps_it_alive_until_it_goes(kube, operator, unique):
     name = f"held-{unique}"
-    kube.apply_profile(profile_body(name, "coherent"))
+    kube.apply_profile(profile_body(name, "staging"))
     wait_for(lambda: class_names(kube, name) == [f"{name}-v1"], what="v1")
     bound_pv(kube, f"pv-{unique}", f"{name}-v1")
     kube.apply_profile(profile_body(name, "cached"))
     wait_for(lambda: class_names(kube, name) == [f"{name}-v1", f"{name}-v2"], what="v1 kept beside v2")
     v1 = kube.classes_of(name)[f"{name}-v1"]
     assert v1.metadata.annotations["mountwarden.io/superseded-by"] == f"{name}-v2"
-    assert v1.mount_options == COHERENT
+    assert v1.mount_options == STAGING
     history = wait_for(lambda: kube.profile(name)["status"].get("history") if len(
         kube.profile(name)["status"].get("history", [])) == 2 else None, what="history of two")
     assert history[0]["heldBy"] == [f"pv-{unique}"] and history[0]["supersededBy"] == f"{name}-v2"
@@ -109,7 +109,7 @@ def test_invalid_spec_names_the_field_and_creates_no_class(kube, operator, uniqu
 
 def test_operator_restart_makes_no_duplicate_versions(kube, operator, unique):
     name = f"restart-{unique}"
-    kube.apply_profile(profile_body(name, "coherent"))
+    kube.apply_profile(profile_body(name, "staging"))
     wait_for(lambda: ready(kube, name), what="Ready")
     operator.restart(signal.SIGKILL)
     # A change made while the operator is down is picked up once, on resume.
@@ -125,7 +125,7 @@ def test_operator_restart_makes_no_duplicate_versions(kube, operator, unique):
 
 def test_default_class_moves_to_the_newest_version(kube, operator, unique):
     name = f"default-{unique}"
-    kube.apply_profile(profile_body(name, "coherent", default=True))
+    kube.apply_profile(profile_body(name, "staging", default=True))
     wait_for(lambda: class_names(kube, name) == [f"{name}-v1"], what="v1")
     default = "storageclass.kubernetes.io/is-default-class"
     assert kube.classes_of(name)[f"{name}-v1"].metadata.annotations[default] == "true"
@@ -143,7 +143,7 @@ def test_default_class_moves_to_the_newest_version(kube, operator, unique):
 
 def test_deleting_a_profile_keeps_used_classes_orphaned(kube, operator, unique):
     name = f"gone-{unique}"
-    kube.apply_profile(profile_body(name, "coherent"))
+    kube.apply_profile(profile_body(name, "staging"))
     wait_for(lambda: class_names(kube, name) == [f"{name}-v1"], what="v1")
     bound_pv(kube, f"pv-{unique}", f"{name}-v1")
     kube.apply_profile(profile_body(name, "cached"))

@@ -25,9 +25,9 @@ pytestmark = pytest.mark.cluster
 SERVER = "fs-0123456789abcdef0.efs.us-east-1.amazonaws.com"
 CACHED = ["vers=4.1", "rsize=1048576", "wsize=1048576", "hard", "timeo=600", "retrans=2", "noresvport",
           "acregmin=600", "acregmax=600", "acdirmin=600", "acdirmax=600", "lookupcache=all"]
-COHERENT = ["vers=4.1", "rsize=1048576", "wsize=1048576", "hard", "timeo=600", "retrans=2", "noresvport",
-            "acregmax=3", "lookupcache=positive", "cto"]
-COHERENT_TIMEO_300 = [option if option != "timeo=600" else "timeo=300" for option in COHERENT]
+STAGING = ["vers=4.1", "rsize=1048576", "wsize=1048576", "hard", "timeo=600", "retrans=2", "noresvport",
+           "acregmin=0", "acregmax=0", "lookupcache=positive", "cto"]
+STAGING_TIMEO_300 = [option if option != "timeo=600" else "timeo=300" for option in STAGING]
 AUTOMATIC = {"strategy": "PatchBoundVolumes", "approval": "Automatic"}
 ROLLOUT_TIMEOUT = 180
 
@@ -62,7 +62,7 @@ class Scenario:
     def apply(self, cache_policy: str, **spec) -> None:
         self.kube.apply_profile(profile_body(self.profile, cache_policy, **spec))
 
-    def start(self, cache_policy: str = "coherent", **spec) -> None:
+    def start(self, cache_policy: str = "staging", **spec) -> None:
         self.apply(cache_policy, **spec)
         wait_for(lambda: self.status().get("version") == 1, what=f"{self.profile} at v1")
 
@@ -117,7 +117,7 @@ class Scenario:
     def statefulset(self, name: str, replicas: int = 3) -> None:
         """Its claims come from volumeClaimTemplates: data-<name>-<ordinal>, pre-bound to static PVs."""
         for ordinal in range(replicas):
-            self.claim(f"data-{name}-{ordinal}", self.v1, COHERENT)
+            self.claim(f"data-{name}-{ordinal}", self.v1, STAGING)
         self.kube.apps.create_namespaced_stateful_set(self.namespace, {
             "metadata": {"name": name},
             "spec": {"replicas": replicas, "serviceName": name, "selector": {"matchLabels": {"app": name}},
@@ -226,9 +226,9 @@ class StateRecorder:
 
 def test_workloads_restart_one_at_a_time_and_are_verified_on_the_nodes(scenario):
     case = scenario
-    case.start("coherent", rollout=AUTOMATIC)
+    case.start("staging", rollout=AUTOMATIC)
     for name in ("api", "web", "worker"):
-        case.claim(name, case.v1, COHERENT)
+        case.claim(name, case.v1, STAGING)
         case.deployment(name, name)
     case.statefulset("db")
     case.wait_ready(("Deployment", "api", 3), ("Deployment", "web", 3), ("Deployment", "worker", 3),
@@ -256,7 +256,7 @@ def test_workloads_restart_one_at_a_time_and_are_verified_on_the_nodes(scenario)
         pv = case.pv(pv_name)
         assert pv.spec.mount_options == CACHED
         assert pv.metadata.annotations["mountwarden.io/applied-version"] == target
-        assert pv.metadata.annotations["mountwarden.io/previous-mount-options"] == ",".join(COHERENT)
+        assert pv.metadata.annotations["mountwarden.io/previous-mount-options"] == ",".join(STAGING)
     for name in ("api", "web", "worker"):
         assert len(case.replica_sets(name)) == 2, f"{name} restarted more than once"
         assert case.template_annotations("Deployment", name)["mountwarden.io/restarted-for"] == target
@@ -270,20 +270,20 @@ def test_workloads_restart_one_at_a_time_and_are_verified_on_the_nodes(scenario)
 def test_a_shared_superblock_blocks_the_workload_until_the_other_consumer_moves(scenario):
     case = scenario
     node, elsewhere = case.node_names[0], case.node_names[1]
-    case.start("coherent", rollout=AUTOMATIC)
+    case.start("staging", rollout=AUTOMATIC)
     # Another consumer of the same export on the same node, through a PV no profile governs.
     export = f"/{case.unique}/shared"
-    case.claim("other", "", COHERENT, path=export)
+    case.claim("other", "", STAGING, path=export)
     case.bare_pod("other", "other", node)
     wait_for(lambda: case.reported_options(case.kube.core.read_namespaced_pod("other", case.namespace)),
              what="the other consumer mounted")
-    case.claim("app", case.v1, COHERENT, path=export)
+    case.claim("app", case.v1, STAGING, path=export)
     case.deployment("app", "app", replicas=1, node=node)
     case.wait_ready(("Deployment", "app", 1))
 
     # Only timeo changes: the kernel does not compare it, so the new pod lands on the superblock the other
     # consumer keeps (a change of the ac* times would give it a superblock of its own: the kernel lab).
-    case.apply("coherent", rollout=AUTOMATIC, mountOptions=["timeo=300"])
+    case.apply("staging", rollout=AUTOMATIC, mountOptions=["timeo=300"])
     rollout = case.wait_phase("Paused", f"{case.profile}-v2")
     (line,) = rollout["workloads"]
     (pod,) = case.pods("app")
@@ -292,7 +292,7 @@ def test_a_shared_superblock_blocks_the_workload_until_the_other_consumer_moves(
     assert f"pod {case.namespace}/{pod.metadata.name} on node {node}" in line["message"]
     assert f"pod {case.namespace}/other" in line["message"] and "Move or restart" in line["message"]
     assert "paused at Deployment" in rollout["message"]
-    assert case.reported_options(pod) == COHERENT
+    assert case.reported_options(pod) == STAGING
     assert case.rollout()["phase"] == "Paused"  # still blocked while the other consumer stays
 
     # Move the other consumer: the operator remounts the blocked replica, which now gets the new options.
@@ -304,14 +304,14 @@ def test_a_shared_superblock_blocks_the_workload_until_the_other_consumer_moves(
     (line,) = rollout["workloads"]
     assert line["state"] == "Done" and line["remounts"] == 1
     (pod,) = case.pods("app")
-    assert pod.spec.node_name == node and case.reported_options(pod) == COHERENT_TIMEO_300
+    assert pod.spec.node_name == node and case.reported_options(pod) == STAGING_TIMEO_300
     assert len(case.replica_sets("app")) == 2
 
 
 def test_an_hpa_at_zero_leaves_its_deployment_waiting(scenario):
     case = scenario
-    case.start("coherent", rollout=AUTOMATIC)
-    case.claim("batch", case.v1, COHERENT)
+    case.start("staging", rollout=AUTOMATIC)
+    case.claim("batch", case.v1, STAGING)
     case.deployment("batch", "batch", replicas=0)
     # kube-controller-manager disables an HPA whose target is at zero (ScalingActive False, ScalingDisabled)
     # by itself, without a metrics server.
@@ -349,8 +349,8 @@ def test_an_hpa_at_zero_leaves_its_deployment_waiting(scenario):
 def test_manual_approval_waits_for_the_annotation(scenario):
     case = scenario
     manual = {"strategy": "PatchBoundVolumes", "approval": "Manual"}
-    case.start("coherent", rollout=manual)
-    pv = case.claim("app", case.v1, COHERENT)
+    case.start("staging", rollout=manual)
+    pv = case.claim("app", case.v1, STAGING)
     case.deployment("app", "app", replicas=2)
     case.wait_ready(("Deployment", "app", 2))
 
@@ -359,7 +359,7 @@ def test_manual_approval_waits_for_the_annotation(scenario):
     assert "mountwarden.io/approve-rollout=2" in rollout["message"]
     assert [(w["name"], w["state"], w["reason"]) for w in rollout["workloads"]] == [
         ("app", "Pending", "AwaitingApproval")]
-    assert case.pv(pv).spec.mount_options == COHERENT
+    assert case.pv(pv).spec.mount_options == STAGING
     assert len(case.replica_sets("app")) == 1
 
     case.kube.custom.patch_cluster_custom_object(GROUP, VERSION, "storageprofiles", case.profile, {
@@ -373,10 +373,10 @@ def test_manual_approval_waits_for_the_annotation(scenario):
 @pytest.mark.parametrize("seed", range(5))
 def test_an_operator_killed_mid_rollout_restarts_every_workload_exactly_once(scenario, rollout_operator, seed):
     case = scenario
-    case.start("coherent", rollout=AUTOMATIC)
+    case.start("staging", rollout=AUTOMATIC)
     names = ("alpha", "bravo", "charlie")
     for name in names:
-        case.claim(name, case.v1, COHERENT)
+        case.claim(name, case.v1, STAGING)
         case.deployment(name, name, replicas=2)
     case.wait_ready(*(("Deployment", name, 2) for name in names))
 
@@ -399,15 +399,15 @@ def test_an_operator_killed_mid_rollout_restarts_every_workload_exactly_once(sce
     for pv_name in case.volumes:
         pv = case.pv(pv_name)
         assert pv.spec.mount_options == CACHED
-        assert pv.metadata.annotations["mountwarden.io/previous-mount-options"] == ",".join(COHERENT)
+        assert pv.metadata.annotations["mountwarden.io/previous-mount-options"] == ",".join(STAGING)
     rollout_operator.assert_running()
 
 
 def test_new_storage_class_leaves_old_volumes_alone_and_lists_their_consumers(scenario):
     case = scenario
     migrate = {"strategy": "NewStorageClass", "approval": "Automatic"}
-    case.start("coherent", rollout=migrate)
-    pv = case.claim("app", case.v1, COHERENT)
+    case.start("staging", rollout=migrate)
+    pv = case.claim("app", case.v1, STAGING)
     case.deployment("app", "app", replicas=2)
     case.wait_ready(("Deployment", "app", 2))
 
@@ -419,38 +419,38 @@ def test_new_storage_class_leaves_old_volumes_alone_and_lists_their_consumers(sc
     assert ".backup" in rollout["guidance"] and "VACUUM INTO" in rollout["guidance"]
     assert f"{case.profile}-v2" in rollout["guidance"]
     volume = case.pv(pv)
-    assert volume.spec.mount_options == COHERENT
+    assert volume.spec.mount_options == STAGING
     assert "mountwarden.io/applied-version" not in (volume.metadata.annotations or {})
     assert len(case.replica_sets("app")) == 1
 
 
 def test_reverting_the_profile_rolls_the_previous_options_back(scenario):
     case = scenario
-    case.start("coherent", rollout=AUTOMATIC)
-    pv = case.claim("app", case.v1, COHERENT)
+    case.start("staging", rollout=AUTOMATIC)
+    pv = case.claim("app", case.v1, STAGING)
     case.deployment("app", "app", replicas=2)
     case.wait_ready(("Deployment", "app", 2))
     case.apply("cached", rollout=AUTOMATIC)
     case.wait_phase("Complete", f"{case.profile}-v2")
 
     # The PVs still name v1, so v1 is kept: reverting makes it current again, and the rollout goes back to it.
-    case.apply("coherent", rollout=AUTOMATIC)
+    case.apply("staging", rollout=AUTOMATIC)
     rollout = case.wait_phase("Complete", case.v1)
     assert rollout["fromVersions"] == [2] and "supersedes" not in rollout
     volume = case.pv(pv)
-    assert volume.spec.mount_options == COHERENT
+    assert volume.spec.mount_options == STAGING
     assert volume.metadata.annotations["mountwarden.io/applied-version"] == case.v1
     assert volume.metadata.annotations["mountwarden.io/previous-mount-options"] == ",".join(CACHED)
     assert len(case.replica_sets("app")) == 3
-    assert [case.reported_options(pod) for pod in case.pods("app")] == [COHERENT, COHERENT]
+    assert [case.reported_options(pod) for pod in case.pods("app")] == [STAGING, STAGING]
 
 
 def test_a_new_change_supersedes_the_running_rollout(scenario):
     case = scenario
-    case.start("coherent", rollout=AUTOMATIC)
+    case.start("staging", rollout=AUTOMATIC)
     names = ("one", "three", "two")
     for name in names:
-        case.claim(name, case.v1, COHERENT)
+        case.claim(name, case.v1, STAGING)
         case.deployment(name, name, replicas=2)
     case.wait_ready(*(("Deployment", name, 2) for name in names))
 
@@ -470,8 +470,8 @@ def test_a_new_change_supersedes_the_running_rollout(scenario):
 
 def test_plan_command_is_a_dry_run_against_the_cluster(scenario, cluster, tmp_path):
     case = scenario
-    case.start("coherent", rollout=AUTOMATIC)
-    pv = case.claim("app", case.v1, COHERENT)
+    case.start("staging", rollout=AUTOMATIC)
+    pv = case.claim("app", case.v1, STAGING)
     case.deployment("app", "app", replicas=2)
     case.bare_pod("loner", "app", case.node_names[0])
     case.wait_ready(("Deployment", "app", 2))
@@ -496,5 +496,5 @@ def test_plan_command_is_a_dry_run_against_the_cluster(scenario, cluster, tmp_pa
     assert loner["action"] == "none" and "never deletes" in loner["note"]
     assert any("loner" in warning for warning in plan["warnings"])
     # A dry run: nothing changed.
-    assert case.pv(pv).spec.mount_options == COHERENT
+    assert case.pv(pv).spec.mount_options == STAGING
     assert sorted(case.kube.classes_of(case.profile)) == [case.v1]

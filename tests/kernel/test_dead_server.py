@@ -4,6 +4,11 @@ In a VM of its own (the server is stopped on purpose): two pod volumes, one hard
 options) with a process holding a SQLite lock on it, one soft. With nfsd's threads at 0 the
 agent's one-shot scan must still finish within its probe timeout plus the scan itself, say
 that the hard mount's server does not answer, and keep everything else it found.
+
+A process of the pod (in its cgroup, as the kubelet lays them out) keeps reading the hard
+volume: once the server is gone it sleeps uninterruptibly (D) in the kernel, and the agent's
+samples of /proc/<pid>/stat must say so for that volume, which the operator's check turns
+into a StuckOnNFS finding.
 """
 
 import time
@@ -13,11 +18,35 @@ import pytest
 from tests.kernel.conftest import boot
 from tests.kernel.test_sqlite import HOLDER
 
+from mountwarden.core.mountactivity import Thresholds
+from mountwarden.core.nodereport import NodeReport
+from mountwarden.core.volumecheck import check_volume
 from mountwarden.lab.experiments import EFS_LIKE, Lab
+from mountwarden.lab.livescan import TRY_POD_UID
 from mountwarden.lab.livescan import mount_point as try_mount_point
 from mountwarden.lab.vm import LabVM
 
 PROBE_TIMEOUT = 5
+PROCESS_SAMPLES = 20
+#: The pod's cgroup, as the kubelet's systemd driver names it.
+POD_SCOPE = (f"/sys/fs/cgroup/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod"
+             f"{TRY_POD_UID.replace('-', '_')}.slice/cri-containerd-{'d' * 64}.scope")
+#: Keeps a file of the hard volume open and asks the server about it twice a second (fstat once the cached
+#: attributes expire, a read once the cache is dropped): blocked in the kernel once the server is gone.
+READER = """
+import os, sys, time
+path = os.path.join(sys.argv[1], "stuck-reader")
+with open(path, "w") as handle:
+    handle.write("x" * 4096)
+fd = os.open(path, os.O_RDONLY)
+print("reading", flush=True)
+while True:
+    os.fstat(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.pread(fd, 4096, 0)
+    os.stat(path)
+    time.sleep(0.5)
+"""
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +61,13 @@ def stopped(lab_image) -> Iterator[tuple[Lab, dict]]:
         while "holding" not in vm.run("cat /tmp/sqlite-holder.log", check=False).stdout:
             assert time.monotonic() < deadline
             time.sleep(1)
-        before = vm.mountwarden("agent", "--once", "--dry-run", "--node-name", "lab", "--proc-root", "/proc").json()
+        vm.run(f"mkdir -p {POD_SCOPE} && sh -c 'echo $$ > {POD_SCOPE}/cgroup.procs && exec python3 -c \"$0\" {hard}' "
+               f"'{READER}' > /tmp/reader.log 2>&1 &")
+        while "reading" not in vm.run("cat /tmp/reader.log", check=False).stdout:
+            assert time.monotonic() < deadline, vm.run("cat /tmp/reader.log", check=False).stdout
+            time.sleep(1)
+        before = vm.mountwarden("agent", "--once", "--dry-run", "--node-name", "lab", "--proc-root", "/proc",
+                                "--process-samples", str(PROCESS_SAMPLES)).json()
         vm.run("rpc.nfsd 0")  # no threads: the server accepts nothing more
         yield lab, {"hard": hard, "soft": soft, "before": before}
     finally:
@@ -43,8 +78,10 @@ def stopped(lab_image) -> Iterator[tuple[Lab, dict]]:
 def scan_while_stopped(stopped):
     lab, _ = stopped
     vm: LabVM = lab.vm
+    time.sleep(2 * 3)  # past acregmin: the reader's next fstat() must ask the server, and waits
     result = vm.mountwarden("agent", "--once", "--dry-run", "--node-name", "lab", "--proc-root", "/proc",
-                            "--probe-timeout", str(PROBE_TIMEOUT), timeout=600, check=False)
+                            "--probe-timeout", str(PROBE_TIMEOUT), "--process-samples", str(PROCESS_SAMPLES),
+                            timeout=600, check=False)
     return result
 
 
@@ -73,11 +110,53 @@ def test_nothing_else_of_the_scan_is_lost(scan_while_stopped, stopped):
     assert after["sqlite"], "the SQLite lock on the hard mount is still held and must still be found"
 
 
+def test_the_pods_reader_is_seen_stuck_on_the_hard_volume(scan_while_stopped, stopped):
+    _, mounts = stopped
+    volumes = {v["mountPoint"]: v for v in scan_while_stopped.json()["spec"]["volumes"]}
+    hard = volumes[mounts["hard"]]
+    states = hard["processes"]
+    assert states["samples"] == PROCESS_SAMPLES and states["processes"] == 1, states
+    assert states["uninterruptibleShare"] >= 0.9, states
+    # The reader holds a file on the hard volume only: the soft volume's samples are not its.
+    assert (volumes[mounts["soft"]].get("processes") or {}).get("samples", 0) == 0
+    before = {v["mountPoint"]: v for v in mounts["before"]["spec"]["volumes"]}
+    assert before[mounts["hard"]]["processes"]["uninterruptibleShare"] <= 0.5, before[mounts["hard"]]["processes"]
+
+
+def test_the_check_makes_it_a_stuck_on_nfs_finding(scan_while_stopped, stopped):
+    _, mounts = stopped
+    report = scan_while_stopped.json()["spec"]
+    read = NodeReport.from_spec("lab", report)  # as the operator reads it
+    hard = read.at(mounts["hard"])
+    findings = check_volume(hard, {}, thresholds=Thresholds(), kernel_release=read.kernel_release).findings
+    stuck = [f for f in findings if f.reason == "StuckOnNFS"]
+    assert stuck, findings
+    assert "uninterruptible sleep" in stuck[0].message and "did not answer the agent's probe" in stuck[0].message
+
+
 def test_a_soft_mount_fails_with_an_error_instead_of_hanging(stopped):
     lab, mounts = stopped
     result = lab.vm.run(["stat", "-f", mounts["soft"]], timeout=120, check=False)
     assert not result.timed_out and result.rc != 0, result
     assert "Input/output error" in result.stderr or "timed out" in result.stderr, result.stderr
+
+
+def test_the_soft_mounts_timeouts_are_counted_and_judged(stopped):
+    # After the soft mount gave up (the test above), its counters hold the major timeout (with no thread
+    # to answer, nothing may even be sent: no retransmission is counted): the agent reports it as a
+    # rate, and the check makes a TransportUnhealthy finding.
+    lab, mounts = stopped
+    lab.vm.run(["stat", "-f", mounts["soft"]], timeout=120, check=False)
+    report = lab.vm.mountwarden("agent", "--once", "--dry-run", "--node-name", "lab", "--proc-root", "/proc",
+                                "--probe-timeout", "1", "--process-samples", "0", timeout=600).json()["spec"]
+    soft = next(v for v in report["volumes"] if v["mountPoint"] == mounts["soft"])
+    activity = soft["activity"]
+    assert activity["majorTimeoutsPerSecond"] * activity["windowSeconds"] >= 1, activity
+    read = NodeReport.from_spec("lab", report)
+    findings = check_volume(read.at(mounts["soft"]), {}, thresholds=Thresholds(),
+                            kernel_release=read.kernel_release).findings
+    unhealthy = [f for f in findings if f.reason == "TransportUnhealthy"]
+    assert unhealthy and "major timeout(s)" in unhealthy[0].message, findings
 
 
 def test_the_server_is_seen_again_once_it_answers(stopped, scan_while_stopped):

@@ -62,7 +62,7 @@ def test_a_report_from_the_live_kernel_reaches_status_and_events(cluster, kube, 
     node = cluster.node_names[2]
     efs_profile, nfs_profile = f"efs-{unique}", f"nfs-{unique}"
     kube.apply_profile(profile_body(efs_profile, "cached"))
-    kube.apply_profile(profile_body(nfs_profile, "coherent", backend={"provisioner": "nfs.csi.k8s.io"}))
+    kube.apply_profile(profile_body(nfs_profile, "staging", backend={"provisioner": "nfs.csi.k8s.io"}))
     wait_for(lambda: kube.classes_of(efs_profile) and kube.classes_of(nfs_profile), what="both classes")
     efs_class, nfs_class = f"{efs_profile}-v1", f"{nfs_profile}-v1"
     efs_pv, nfs_pv = f"pv-efs-{unique}", f"pv-nfs-{unique}"

@@ -14,7 +14,7 @@ from mountwarden.core.admission import (
     review_claim,
     review_profile,
 )
-from mountwarden.core.policy import SpecProblem
+from mountwarden.core.policy import SpecProblem, resolve_policy
 from mountwarden.handlers.admission import profile_change
 
 EFS = "efs.csi.aws.com"
@@ -236,34 +236,61 @@ def test_other_contents_are_not_sqlite():
     assert review_claim(claim(labels={"mountwarden.io/contents": "postgres"}), cluster).findings == ()
 
 
-STRICT_WARNING = ("StorageProfile importer-scratch: cachePolicy strict on Bursting EFS fs-0123456789abcdef0 meters "
-                  "every stat as 4 KiB; use coherent, or Elastic throughput")
+def warning_for(options: str, what: str, where: str = "EFS fs-0123456789abcdef0") -> str:
+    return (f"StorageProfile importer-scratch: on Bursting {where} its effective options {options} make {what}, "
+            "each metered as at least 4 KiB on EFS (EFS User Guide, 'Amazon EFS performance specifications') and "
+            "paid from the burst credits meant for data "
+            "(sync,actimeo=0,lookupcache=none made the incident's import take 8 hours); use cachePolicy staging for "
+            "data several clients change (1 GETATTR per stat(), never stale: kernel lab), cached where others' "
+            "changes may show up to 10 minutes late, or Elastic throughput")
+
+
+METADATA = ("every stat() and open() a round trip per path component (5 for a file two directories down: "
+            "kernel lab)")
+WRITES = "every write() wait for the server (nfs(5))"
+
+
+def resolved(cache_policy, *mount_options):
+    return resolve_policy(provisioner=EFS, cache_policy=cache_policy, mount_options=mount_options).options
 
 
 def test_strict_on_bursting_efs_warns():
-    cluster = view([importer(cache_policy="strict", throughput_mode="bursting")],
+    cluster = view([importer(cache_policy="strict", throughput_mode="bursting", effective_options=resolved("strict"))],
                    lineage("importer-scratch", 3, current=3))
-    assert review_claim(claim(), cluster).warnings == [STRICT_WARNING]
+    assert review_claim(claim(), cluster).warnings == [warning_for("actimeo=0, lookupcache=none", METADATA)]
 
 
 def test_strict_on_bursting_efs_without_a_known_file_system():
     cluster = view([importer(cache_policy="strict", throughput_mode="bursting", file_system_id=None)],
                    lineage("importer-scratch", 3, current=3))
-    assert review_claim(claim(), cluster).warnings == [
-        "StorageProfile importer-scratch: cachePolicy strict on Bursting EFS meters every stat as 4 KiB; "
-        "use coherent, or Elastic throughput"
-    ]
+    assert review_claim(claim(), cluster).warnings == [warning_for("actimeo=0, lookupcache=none", METADATA, "EFS")]
+
+
+@pytest.mark.parametrize(("mount_options", "named", "what"), [
+    # The incident's flags, under a preset that promises caching: the effective options decide, not the name.
+    (("sync", "actimeo=0", "lookupcache=none"), "sync, actimeo=0, lookupcache=none", f"{METADATA} and {WRITES}"),
+    (("noac",), "sync, actimeo=0", f"{METADATA} and {WRITES}"),
+    (("sync",), "sync", WRITES),
+    (("acdirmax=0",), "acdirmax=0", METADATA),
+])
+def test_costly_effective_options_warn_whatever_the_preset(mount_options, named, what):
+    cluster = view([importer(cache_policy="cached", throughput_mode="bursting",
+                             effective_options=resolved("cached", *mount_options))],
+                   lineage("importer-scratch", 3, current=3))
+    assert review_claim(claim(), cluster).warnings == [warning_for(named, what)]
 
 
 @pytest.mark.parametrize(("cache_policy", "mode", "provisioner"), [
     ("strict", None, EFS),  # the credit watch has not said yet: unknown, no warning
     ("strict", "elastic", EFS),
     ("strict", "provisioned", EFS),
-    ("coherent", "bursting", EFS),
+    ("staging", "bursting", EFS),  # one GETATTR per stat(): the price of never being stale
+    ("cached", "bursting", EFS),
     ("strict", "bursting", "nfs.csi.k8s.io"),
 ])
-def test_strict_warning_needs_strict_bursting_and_efs(cache_policy, mode, provisioner):
-    cluster = view([importer(cache_policy=cache_policy, throughput_mode=mode, provisioner=provisioner)],
+def test_strict_warning_needs_costly_options_bursting_and_efs(cache_policy, mode, provisioner):
+    cluster = view([importer(cache_policy=cache_policy, throughput_mode=mode, provisioner=provisioner,
+                             effective_options=resolved(cache_policy))],
                    lineage("importer-scratch", 3, current=3))
     assert review_claim(claim(), cluster).findings == ()
 
@@ -440,7 +467,7 @@ def test_overlap_rule(a, b, overlap):
 def test_a_change_of_options_makes_a_new_version_and_counts_the_volumes_left_behind():
     classes = lineage("importer-scratch", 2, 3, current=3)
     cluster = view(classes=classes, volumes={"importer-scratch-v2": ["pv-a"], "importer-scratch-v3": ["pv-b", "pv-c"]})
-    change = change_for(efs_spec("coherent"), status={"storageClassName": "importer-scratch-v3", "version": 3})
+    change = change_for(efs_spec("staging"), status={"storageClassName": "importer-scratch-v3", "version": 3})
     assert review_profile(change, cluster).warnings == [
         "StorageProfile importer-scratch: this change makes a new StorageClass importer-scratch-v4; "
         "3 bound PersistentVolumes keep their old mount options until remounted"
@@ -450,7 +477,7 @@ def test_a_change_of_options_makes_a_new_version_and_counts_the_volumes_left_beh
 def test_one_volume_left_behind_is_said_in_the_singular():
     classes = lineage("importer-scratch", 1, current=1)
     cluster = view(classes=classes, volumes={"importer-scratch-v1": ["pv-a"]})
-    change = change_for(efs_spec("coherent"), status={"storageClassName": "importer-scratch-v1", "version": 1})
+    change = change_for(efs_spec("staging"), status={"storageClassName": "importer-scratch-v1", "version": 1})
     assert review_profile(change, cluster).warnings == [
         "StorageProfile importer-scratch: this change makes a new StorageClass importer-scratch-v2; "
         "1 bound PersistentVolume keeps its old mount options until remounted"
@@ -459,7 +486,7 @@ def test_one_volume_left_behind_is_said_in_the_singular():
 
 def test_version_numbers_keep_rising_past_deleted_versions():
     cluster = view(classes=lineage("importer-scratch", 3, current=3))
-    change = change_for(efs_spec("coherent"), status={"storageClassName": "importer-scratch-v3", "version": 7})
+    change = change_for(efs_spec("staging"), status={"storageClassName": "importer-scratch-v3", "version": 7})
     assert review_profile(change, cluster).warnings == [
         "StorageProfile importer-scratch: this change makes a new StorageClass importer-scratch-v8; "
         "0 bound PersistentVolumes keep their old mount options until remounted"
@@ -467,7 +494,7 @@ def test_version_numbers_keep_rising_past_deleted_versions():
 
 
 def test_going_back_to_an_older_version_says_so():
-    old_spec, new_spec = efs_spec("coherent"), efs_spec("cached")
+    old_spec, new_spec = efs_spec("staging"), efs_spec("cached")
     old_hash = change_for(old_spec).desired.content_hash()
     classes = [ClassEntry("importer-scratch-v1", EFS, profile="importer-scratch", version=1, content_hash=old_hash,
                           superseded_by="importer-scratch-v2"),
@@ -491,10 +518,25 @@ def test_a_change_that_keeps_the_class_content_says_nothing():
 
 def test_creating_a_profile_makes_version_one_without_a_warning():
     cluster = view(classes=lineage("importer-scratch", 1, current=1))
-    assert review_profile(change_for(efs_spec("coherent"), updating=False), cluster).findings == ()
+    assert review_profile(change_for(efs_spec("staging"), updating=False), cluster).findings == ()
 
 
 def test_enforcing_profiles_are_the_deny_profiles_that_declare_consumers():
     profiles = [importer(name="b", enforcement="deny"), importer(name="a", enforcement="deny"),
                 importer(name="c"), importer(name="d", enforcement="deny", namespace_selector=None)]
     assert [p.name for p in enforcing_profiles(profiles)] == ["a", "b"]
+
+
+def test_a_deprecated_preset_is_accepted_with_a_warning_that_names_its_replacement():
+    classes = lineage("importer-scratch", 3, current=3)
+    cluster = view(classes=classes, volumes={"importer-scratch-v3": ["pv-b"]})
+    change = change_for(efs_spec("coherent"), status={"storageClassName": "importer-scratch-v3", "version": 3})
+    review = review_profile(change, cluster)
+    assert review.denial is None
+    deprecated, version = review.warnings
+    assert deprecated.startswith("StorageProfile importer-scratch: spec.cachePolicy: cachePolicy coherent is "
+                                 "deprecated: its options (cto,lookupcache=positive,acregmax=3")
+    assert "It now means staging (acregmin=0,acregmax=0,lookupcache=positive,cto): write cachePolicy: staging" in deprecated
+    assert "spec.rollout decides when its bound volumes are mounted with them" in deprecated
+    assert version == ("StorageProfile importer-scratch: this change makes a new StorageClass importer-scratch-v4; "
+                       "1 bound PersistentVolume keeps its old mount options until remounted")

@@ -15,6 +15,7 @@ from kopf._core.actions.execution import Outcome
 from kopf._core.engines.indexing import OperatorIndexer, OperatorIndexers
 
 from mountwarden.core.admission import ClassEntry, ProfileEntry
+from mountwarden.core.policy import resolve_policy
 from mountwarden.handlers import admission, indexes
 from mountwarden.handlers.admission import resolve_mode
 from mountwarden.handlers.config import OperatorConfig, WebhookMode
@@ -117,6 +118,7 @@ def test_profile_index_follows_add_update_and_delete():
     assert entry == ProfileEntry(
         "importer-scratch", EFS, namespace_selector={"matchLabels": {"team": "importer"}, "matchExpressions": []},
         cache_policy="cached", file_system_id="fs-0123456789abcdef0", storage_class_name="importer-scratch-v1",
+        effective_options=resolve_policy(provisioner=EFS, cache_policy="cached").options,
     )
 
     indexes.apply(profile(enforcement="deny", status={"storageClassName": "importer-scratch-v2",

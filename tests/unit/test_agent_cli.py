@@ -58,8 +58,9 @@ def test_audit_without_a_contract_lists_the_volumes_and_exits_0(node):
     assert document["kubelet_roots"] == ["/var/lib/kubelet"]
 
 
-def test_audit_against_a_profile_that_holds_exits_0(node, tmp_path):
-    assembled, _ = node
+def test_audit_against_a_profile_that_holds_exits_0(tmp_path):
+    # Only /C, mounted with the kernel defaults: /A's nolock and actimeo=60 would be drift, declared or not.
+    assembled = assemble_proc_root(tmp_path / "proc", [Mount("pv-plain", pod_uid=A, sample_mount="/C")])
     profile = profile_file(tmp_path, textwrap.dedent("""\
         backend: {provisioner: nfs.csi.k8s.io}
         mountOptions: ["vers=3", "hard"]
@@ -75,18 +76,20 @@ def test_audit_against_a_profile_that_holds_exits_0(node, tmp_path):
 
 def test_audit_findings_exit_1_and_name_the_other_consumer(node, tmp_path):
     assembled, mounts = node
+    # retrans=2 is what both samples have; the profile asks for 5, which a shared superblock would hide.
     profile = profile_file(tmp_path, textwrap.dedent("""\
         backend: {provisioner: nfs.csi.k8s.io}
-        mountOptions: ["vers=3"]
+        mountOptions: ["vers=3", "retrans=5"]
         forbiddenOptions: [nolock]
         """))
     result = run("audit", "--proc-root", assembled.path, "--profile", profile, "--json")
 
     assert result.exit_code == 1, result.output
     volumes = {v["pod_uid"]: v for v in json.loads(result.stdout)["volumes"]}
-    assert volumes[A]["compliant"] is True
+    assert [f["option"] for f in volumes[A]["findings"]] == ["retrans"]
+    mismatched = {f["option"] for f in volumes[B]["findings"] if f["reason"] == "OptionMismatch"}
+    assert {"nolock", "retrans"} <= mismatched
     findings = {f["reason"]: f for f in volumes[B]["findings"]}
-    assert findings["OptionMismatch"]["option"] == "nolock"
     assert findings["SuperblockShared"]["other_mounts"] == [assembled.mount_point(mounts[2])]
     assert f"pod {C}" in findings["SuperblockShared"]["message"]
 

@@ -1,4 +1,6 @@
-from mountwarden.core.compare import check, compare
+import pytest
+
+from mountwarden.core.compare import OriginHints, check, compare, compare_undeclared
 from mountwarden.core.options import normalize
 from mountwarden.core.policy import resolve_policy
 
@@ -89,7 +91,8 @@ def test_forbidden_bare_name_forbids_any_value():
 def test_forbidden_actimeo_zero_matches_the_four_times():
     result = check({}, observed("acregmin=0,acregmax=0,acdirmin=0,acdirmax=0"), forbidden=["actimeo=0"])
     assert not result.compliant
-    assert check({}, observed("acregmin=0"), forbidden=["actimeo=0"]).compliant
+    partial = check({}, observed("acregmin=0"), forbidden=["actimeo=0"]).findings
+    assert [f.option for f in partial] == ["acregmin"] and partial[0].undeclared  # drift, but not the forbidden one
 
 
 def test_info_findings_keep_compliance():
@@ -100,4 +103,68 @@ def test_info_findings_keep_compliance():
 def test_to_dict_shape():
     result = check({"hard": True}, observed("soft")).to_dict()
     assert result["compliant"] is False
-    assert set(result["findings"][0]) == {"option", "expected", "actual", "severity", "message"}
+    assert set(result["findings"][0]) == {"option", "expected", "actual", "severity", "message", "undeclared"}
+
+
+# -- options nobody declared ------------------------------------------------------------------------
+
+CACHED_ON_EFS = EFS_MOUNT_TABLE + ",acregmin=600,acregmax=600,acdirmin=600,acdirmax=600"
+
+
+def test_an_undeclared_sync_is_drift_named_with_its_effect_and_origin():
+    # The incident's import: the preset promises caching, the mount table says sync.
+    result = check(declared("cached"), observed(CACHED_ON_EFS.replace("rw,", "rw,sync,")))
+    (finding,) = result.findings
+    assert not result.compliant
+    assert (finding.option, finding.expected, finding.actual, finding.severity, finding.undeclared) == (
+        "sync", False, True, "error", True)
+    assert finding.message.startswith("sync is in effect but the contract does not declare it (its preset and the "
+                                      "kernel default imply async). Every write() waits for the server")
+    assert "the 8-hour import (the incident)" in finding.message
+    assert "a CSI driver's default" in finding.message and "not a shared superblock" in finding.message
+
+
+@pytest.mark.parametrize(("extra", "option", "actual"), [
+    ("lookupcache=none", "lookupcache", "none"),
+    ("nocto", "cto", False),
+    ("soft", "soft", "soft"),
+    ("local_lock=all", "local_lock", "all"),
+])
+def test_every_behaviour_option_is_checked_declared_or_not(extra, option, actual):
+    # A profile that declares only nconnect on a generic NFS server: the kernel defaults are its contract.
+    (finding,) = check({"nconnect": 4}, observed(f"rw,vers=3,nconnect=4,{extra}")).findings
+    assert (finding.option, finding.actual, finding.undeclared) == (option, actual, True)
+
+
+def test_noac_nobody_declared_is_one_finding():
+    (finding,) = compare_undeclared({}, observed("rw,vers=4.1,noac"))
+    assert finding.option == "noac" and finding.severity == "error"
+    assert finding.message.startswith("noac (actimeo=0 plus sync) is in effect but the contract does not declare it")
+
+
+def test_actimeo_nobody_declared_is_one_finding():
+    (finding,) = compare_undeclared({}, observed("rw,vers=4.1,acregmin=0,acregmax=0,acdirmin=0,acdirmax=0"))
+    assert finding.option == "actimeo=0"
+
+
+def test_nolock_on_a_read_only_volume_is_no_hazard():
+    (finding,) = compare_undeclared({}, observed("ro,vers=3,nolock"))
+    assert (finding.option, finding.severity) == ("lock", "info")
+    assert "no SQLite hazard" in finding.message
+
+
+def test_the_origin_names_the_pv_when_it_carries_the_option():
+    hints = OriginHints(pv_options=observed("sync,hard"), storage_class="importer-scratch-v1")
+    (finding,) = compare_undeclared(declared("cached"), observed(CACHED_ON_EFS + ",sync"), hints)
+    assert "The PersistentVolume's spec.mountOptions (StorageClass importer-scratch-v1) carry it" in finding.message
+
+
+def test_the_origin_is_the_csi_driver_when_the_pv_does_not_ask_for_it():
+    hints = OriginHints(pv_options=observed("hard"), shared_with=("/other",))
+    (finding,) = compare_undeclared(declared("cached"), observed(CACHED_ON_EFS + ",sync"), hints)
+    assert "the CSI driver or its mount helper adds it (a CSI default)" in finding.message
+    assert "so /other, sharing this one, asked for it too" in finding.message
+
+
+def test_declared_values_are_left_to_compare():
+    assert compare_undeclared(declared("strict"), observed("rw,vers=4.1,acregmin=60")) == []

@@ -46,7 +46,7 @@ def test_storageprofile_crd_shape():
     schema = version["schema"]["openAPIV3Schema"]
     spec = schema["properties"]["spec"]
     assert spec["required"] == ["backend"]
-    assert spec["properties"]["cachePolicy"]["enum"] == ["strict", "coherent", "cached", "read-only"]
+    assert spec["properties"]["cachePolicy"]["enum"] == ["strict", "staging", "cached", "read-only", "coherent"]
     assert spec["properties"]["enforcement"]["default"] == "warn"
     conditions = schema["properties"]["status"]["properties"]["conditions"]
     assert conditions["x-kubernetes-list-type"] == "map"

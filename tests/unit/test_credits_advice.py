@@ -1,5 +1,6 @@
 """The trap read right: censored demand, Elastic with its cost, Provisioned only from unthrottled demand."""
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -150,16 +151,39 @@ def test_a_draining_steady_load_compares_both_prices():
 
 
 def test_a_spiky_unthrottled_load_is_cheaper_on_elastic():
-    # 24 hours of 0.1 MiB/s with one 5-minute burst of 100 MiB/s, credits to spare but falling.
-    points = 288
-    metered = [(100 if i == 100 else 0.1) * MIB * PERIOD for i in range(points)]
-    stamps = [END - timedelta(seconds=PERIOD * (points - i)) for i in range(points)]
-    series = CreditSeries("fs-1", ThroughputMode.BURSTING, 20 * GIB, period_seconds=PERIOD, samples={
-        EfsMetric.BURST_CREDIT_BALANCE: tuple(Sample(t, 1e12 - 200 * MIB * i) for i, t in enumerate(stamps)),
-        EfsMetric.METERED_IO_BYTES: tuple(Sample(t, v) for t, v in zip(stamps, metered, strict=True)),
-        EfsMetric.DATA_WRITE_IO_BYTES: tuple(Sample(t, v) for t, v in zip(stamps, metered, strict=True)),
-    })
-    advice = forecast_credits(series).recommendation
+    advice = forecast_credits(spiky_series()).recommendation
     assert advice.mode is ThroughputMode.ELASTIC
     assert advice.provisioned_mibps == 100 and advice.provisioned_monthly_cost_usd == pytest.approx(99 * 6.00)
     assert advice.elastic_monthly_cost_usd < advice.provisioned_monthly_cost_usd
+
+
+def spiky_series(**fields) -> CreditSeries:
+    """24 hours of 0.1 MiB/s with one 5-minute burst of 100 MiB/s, credits to spare but falling."""
+    points = 288
+    metered = [(100 if i == 100 else 0.1) * MIB * PERIOD for i in range(points)]
+    stamps = [END - timedelta(seconds=PERIOD * (points - i)) for i in range(points)]
+    return CreditSeries("fs-1", ThroughputMode.BURSTING, 20 * GIB, period_seconds=PERIOD, samples={
+        EfsMetric.BURST_CREDIT_BALANCE: tuple(Sample(t, 1e12 - 200 * MIB * i) for i, t in enumerate(stamps)),
+        EfsMetric.METERED_IO_BYTES: tuple(Sample(t, v) for t, v in zip(stamps, metered, strict=True)),
+        EfsMetric.DATA_WRITE_IO_BYTES: tuple(Sample(t, v) for t, v in zip(stamps, metered, strict=True)),
+    }, **fields)
+
+
+def test_on_max_io_sized_elastic_advice_becomes_provisioned():
+    # Elastic would be cheaper, but "Max I/O mode is not supported for ... file systems that use Elastic".
+    advice = forecast_credits(spiky_series(performance_mode="maxIO")).recommendation
+    assert advice.mode is ThroughputMode.PROVISIONED and advice.provisioned_mibps == 100
+    assert "Max I/O performance mode, which Elastic throughput does not support" in advice.reason
+    assert "provision about 100 MiB/s here, or move the data (DataSync)" in advice.reason
+    assert forecast_credits(spiky_series(performance_mode="generalPurpose")).recommendation.mode is (
+        ThroughputMode.ELASTIC)
+
+
+def test_on_max_io_unsized_elastic_advice_says_to_move_to_general_purpose():
+    trapped = replace(credit_series(trap(), END), performance_mode="maxIO")
+    unsized = forecast_credits(trapped, window=DEFAULT_HISTORY, now=END).recommendation
+    assert unsized.mode is ThroughputMode.ELASTIC
+    assert "(EFS User Guide, 'Performance modes')" in unsized.reason
+    assert "move the data (DataSync) to a new General Purpose file system in Elastic mode" in unsized.reason
+    general = forecast_credits(credit_series(trap(), END), window=DEFAULT_HISTORY, now=END).recommendation
+    assert "Max I/O" not in general.reason

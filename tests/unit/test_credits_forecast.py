@@ -381,6 +381,7 @@ def test_forecast_json_has_the_contract_fields():
     assert list(document) == [
         "file_system_id",
         "throughput_mode",
+        "performance_mode",
         "size_gib",
         "balance_bytes",
         "slope_bytes_per_second",

@@ -11,6 +11,7 @@ from tests.procroot import (
 )
 
 from mountwarden.api.nodemountreport import MountedVolume
+from mountwarden.core.nodereport import NodeReport, ReportedMount
 from mountwarden.core.nodescan import (
     NodeVolume,
     OptionsSource,
@@ -306,20 +307,32 @@ def test_options_that_differ_without_sharing_are_option_mismatches_only():
     assert all("restart the pod" in f.remedy for f in result.findings)
 
 
+#: The cached mount, as a later mount that asked for timeo=600 sees it after another made the superblock with 100.
+INHERITED_TIMEO_MOUNT = CACHED_MOUNT.replace("timeo=600", "timeo=100")
+
+
 def test_options_that_differ_on_a_shared_superblock_name_the_other_consumer():
-    result = check_volume(volume_with(STRICT_MOUNT, shared_with=[OTHER_POD]), CACHED_ON_EFS)
+    result = check_volume(volume_with(INHERITED_TIMEO_MOUNT, shared_with=[OTHER_POD]), CACHED_ON_EFS)
 
     (shared,) = [f for f in result.findings if f.reason is VolumeFindingReason.SUPERBLOCK_SHARED]
     assert shared.other_mounts == (OTHER_POD,)
     assert f"pod {B}, volume pv-a" in shared.message
-    assert "acregmin=600" in shared.message and "lookupcache=all" in shared.message
+    assert "timeo=600" in shared.message
     assert shared.severity is Severity.ERROR
-    assert "nosharecache" in shared.remedy and "move" in shared.remedy
+    assert "nosharecache" in shared.remedy and "move" in shared.remedy and "data risk" in shared.remedy
+
+
+def test_a_shared_superblock_is_not_blamed_for_options_the_kernel_compares():
+    # Mounts that differ in the ac* times or lookupcache get superblocks of their own (kernel lab): the
+    # mount sharing this one asked for the strict options too, so the PV is to blame, not the sharing.
+    result = check_volume(volume_with(STRICT_MOUNT, shared_with=[OTHER_POD]), CACHED_ON_EFS)
+
+    assert set(reasons(result)) == {VolumeFindingReason.OPTION_MISMATCH}
 
 
 def test_sharing_with_a_staging_mount_or_a_host_mount_says_what_they_are():
     staging = f"{ROOT}/plugins/kubernetes.io/csi/efs.csi.aws.com/{'ab' * 32}/globalmount"
-    result = check_volume(volume_with(STRICT_MOUNT, shared_with=[staging, "/mnt/efs"]), CACHED_ON_EFS)
+    result = check_volume(volume_with(INHERITED_TIMEO_MOUNT, shared_with=[staging, "/mnt/efs"]), CACHED_ON_EFS)
 
     (shared,) = [f for f in result.findings if f.reason is VolumeFindingReason.SUPERBLOCK_SHARED]
     assert "staging mount of CSI driver efs.csi.aws.com" in shared.message
@@ -344,11 +357,15 @@ def test_information_only_findings_do_not_blame_the_superblock():
 
 
 def test_forbidden_and_required_options_count_as_drift():
-    result = check_volume(volume_with(CACHED_MOUNT + ",nolock", shared_with=[OTHER_POD]), CACHED_ON_EFS,
+    result = check_volume(volume_with(INHERITED_TIMEO_MOUNT + ",nolock", shared_with=[OTHER_POD]), CACHED_ON_EFS,
                           forbidden=["nolock"], required=["soft"])
 
+    assert not result.compliant
+    assert {f.option for f in result.findings if f.reason is VolumeFindingReason.OPTION_MISMATCH} >= {
+        "nolock", "soft"}
+    # Only timeo could have come from the shared superblock; nolock and soft are the mount's own.
     (shared,) = [f for f in result.findings if f.reason is VolumeFindingReason.SUPERBLOCK_SHARED]
-    assert "not nolock" in shared.message and "soft" in shared.message
+    assert "timeo=600" in shared.message and "nolock" not in shared.message
 
 
 def test_nconnect_ignored_when_another_mount_of_the_server_came_first():
@@ -387,9 +404,70 @@ def test_the_operator_can_check_a_reported_volume_as_is():
 def test_a_scanned_node_checks_end_to_end(node):
     assembled, mounts = node
     volumes = by_mount_point(scan_dir(assembled.path))
-    strict = resolve_policy(provisioner="nfs", cache_policy="strict").options
+    strict = resolve_policy(provisioner="nfs", cache_policy="strict", mount_options=["timeo=100"]).options
 
     result = check_volume(volumes[assembled.mount_point(mounts[0])], strict)
 
     shared = [f for f in result.findings if f.reason is VolumeFindingReason.SUPERBLOCK_SHARED]
     assert shared and shared[0].other_mounts == (assembled.mount_point(mounts[1]),)
+
+
+def test_an_undeclared_sync_is_its_own_reason_and_not_blamed_on_the_superblock():
+    result = check_volume(volume_with(CACHED_MOUNT.replace("rw,", "rw,sync,"), shared_with=[OTHER_POD]),
+                          CACHED_ON_EFS, pv_mount_options=["vers=4.1", "sync"], storage_class="importer-v1")
+
+    (undeclared,) = [f for f in result.findings if f.reason is VolumeFindingReason.UNDECLARED_OPTION]
+    assert undeclared.option == "sync" and undeclared.severity is Severity.ERROR
+    assert "The PersistentVolume's spec.mountOptions (StorageClass importer-v1) carry it" in undeclared.message
+    assert "Remove the option where it comes from" in undeclared.remedy
+    assert VolumeFindingReason.SUPERBLOCK_SHARED not in reasons(result)
+
+
+def reported_with(**fields) -> ReportedMount:
+    """A volume as the agent writes it into its report and the operator reads it back."""
+    volume = MountedVolume(
+        pod_uid=A, volume_name="pv-a", plugin="csi", mount_point=f"{ROOT}/pods/{A}/volumes/kubernetes.io~csi/pv-a/mount",
+        fstype="nfs4", source="fs-1.efs:/", server="fs-1.efs", export="/", superblock="0:101",
+        effective_options=CACHED_MOUNT.split(","), options_source="mountstats", connections=1, **fields)
+    spec = {"scanTime": "2026-03-01T00:00:00Z", "volumes": [volume.model_dump(mode="json", by_alias=True)]}
+    (mount,) = NodeReport.from_spec("node-a", spec).mounts
+    return mount
+
+
+def test_a_reported_plateau_transport_and_stuck_processes_are_findings_that_are_not_drift():
+    from mountwarden.api.nodemountreport import MountActivity, ProcessStates
+    from mountwarden.core.mountactivity import GBIT, Thresholds
+
+    reported = reported_with(
+        server_responding=False,
+        activity=MountActivity(window_seconds=300, since="scans", read_bytes_per_second=4.5 * GBIT,
+                               write_bytes_per_second=0, requests_per_second=10, retransmissions_per_second=0.5,
+                               major_timeouts_per_second=0, reconnects_per_second=0, connections=1, data_requests=9000,
+                               avg_queue_ms=12.0, avg_rtt_ms=2.0, avg_execute_ms=14.5),
+        processes=ProcessStates(samples=50, uninterruptible=49, processes=3, uninterruptible_share=0.98))
+    result = check_volume(reported, CACHED_ON_EFS, thresholds=Thresholds(instance_bandwidth_gbps=25.0,
+                                                                        file_system_limit_gbps=12.58),
+                          kernel_release="6.1.0-57-amd64")
+
+    assert reasons(result) == [VolumeFindingReason.THROUGHPUT_PLATEAU, VolumeFindingReason.TRANSPORT_UNHEALTHY,
+                               VolumeFindingReason.STUCK_ON_NFS]
+    plateau = result.findings[0]
+    assert "nconnect=4: ceil(min of the instance bandwidth 25 Gbit/s" in plateau.remedy
+    assert f"pod {A}" in result.findings[2].message and "did not answer" in result.findings[2].message
+
+
+def test_without_thresholds_no_activity_is_judged():
+    from mountwarden.api.nodemountreport import ProcessStates
+
+    reported = reported_with(processes=ProcessStates(samples=50, uninterruptible=50, processes=1,
+                                                     uninterruptible_share=1.0))
+    assert check_volume(reported, CACHED_ON_EFS).findings == ()
+
+
+def test_nconnect_on_a_kernel_before_5_3():
+    declared = {**CACHED_ON_EFS, "nconnect": 4}
+    result = check_volume(volume_with(CACHED_MOUNT, connections=1, server_mounts=1), declared,
+                          kernel_release="4.14.355-275.582.amzn2.x86_64")
+
+    (ignored,) = [f for f in result.findings if f.reason is VolumeFindingReason.NCONNECT_IGNORED]
+    assert "this node runs Linux 4.14.355-275.582.amzn2.x86_64: nconnect arrived in 5.3" in ignored.message

@@ -1,8 +1,8 @@
 import pytest
 
 from mountwarden.core.explain import explain
-from mountwarden.core.policy import resolve_policy
-from mountwarden.core.presets import EFS_BASELINE, PRESETS, CachePolicy
+from mountwarden.core.policy import backend_kind, resolve_policy
+from mountwarden.core.presets import DEPRECATED, EFS_BASELINE, PRESETS, CachePolicy
 
 EFS = "efs.csi.aws.com"
 
@@ -16,9 +16,14 @@ EFS = "efs.csi.aws.com"
             "acregmin=0,acregmax=0,acdirmin=0,acdirmax=0,lookupcache=none",
         ),
         (
+            "staging",
+            "vers=4.1,rsize=1048576,wsize=1048576,hard,timeo=600,retrans=2,noresvport,"
+            "acregmin=0,acregmax=0,lookupcache=positive,cto",
+        ),
+        (  # deprecated: the staging options
             "coherent",
             "vers=4.1,rsize=1048576,wsize=1048576,hard,timeo=600,retrans=2,noresvport,"
-            "acregmax=3,lookupcache=positive,cto",
+            "acregmin=0,acregmax=0,lookupcache=positive,cto",
         ),
         (
             "cached",
@@ -38,14 +43,38 @@ def test_presets_on_the_efs_baseline(preset, expected):
 
 
 def test_presets_without_efs_have_no_baseline():
-    policy = resolve_policy(provisioner="nfs.csi.k8s.io", cache_policy="coherent")
-    assert policy.mount_options == ["acregmax=3", "lookupcache=positive", "cto"]
+    policy = resolve_policy(provisioner="nfs.csi.k8s.io", cache_policy="staging")
+    assert policy.mount_options == ["acregmin=0", "acregmax=0", "lookupcache=positive", "cto"]
 
 
-def test_every_preset_documents_staleness_and_cost():
-    assert set(PRESETS) == set(CachePolicy)
+def test_every_preset_states_its_whole_promise():
+    assert set(PRESETS) | set(DEPRECATED) == set(CachePolicy)
     for preset in PRESETS.values():
-        assert preset.staleness and preset.cost and preset.use_for
+        promise = preset.promise
+        assert preset.use_for and preset.not_for
+        for claim in (promise.stat_by_path, promise.open_after_close, promise.new_files, promise.cost):
+            # Every claim about the kernel names its source.
+            assert "kernel lab" in claim or "nfs(5)" in claim, (preset.name, claim)
+
+
+def test_no_preset_is_offered_for_sqlite_or_small_file_trees():
+    for preset in PRESETS.values():
+        assert "sqlite" not in preset.use_for.lower() and "build" not in preset.use_for.lower(), preset.name
+        assert "SQLite" in preset.not_for, preset.name
+
+
+def test_a_deprecated_preset_means_its_replacement_and_says_so():
+    policy = resolve_policy(provisioner=EFS, cache_policy="coherent")
+    replacement = resolve_policy(provisioner=EFS, cache_policy="staging")
+    assert policy.options == replacement.options and policy.valid
+    (warning,) = policy.warnings
+    assert warning.field == "spec.cachePolicy" and "deprecated" in warning.message
+    assert "write cachePolicy: staging" in warning.message
+
+
+def test_an_unknown_preset_lists_only_current_names():
+    (error,) = resolve_policy(provisioner=EFS, cache_policy="fast").errors
+    assert error.message == "unknown cache policy 'fast': use one of strict, staging, cached, read-only."
 
 
 def test_baseline_is_what_aws_recommends():
@@ -141,3 +170,41 @@ def test_a_requirement_is_one_error_however_many_options_it_stands_for():
     policy = resolve_policy(provisioner=EFS, cache_policy="cached", required_options=["actimeo=0"])
     (error,) = policy.errors
     assert "acregmin=600,acregmax=600,acdirmin=600,acdirmax=600" in error.message
+
+
+# -- backend kinds ----------------------------------------------------------------------------------
+
+GATEWAY = "nfs.csi.k8s.io"
+
+
+def gateway(*mount_options, cache_policy="read-only", sqlite="warn"):
+    return resolve_policy(provisioner=GATEWAY, cache_policy=cache_policy, mount_options=mount_options,
+                          kind="nfsv3-gateway", sqlite=sqlite)
+
+
+def test_a_v3_only_gateway_needs_vers_3_and_its_ports():
+    policy = gateway()
+    messages = [problem.message for problem in policy.errors]
+    assert any("serves NFSv3 only" in m and "add vers=3" in m for m in messages), messages
+    assert any("add port=<port> and mountport=<port>" in m for m in messages), messages
+    assert gateway("vers=3", "port=2049", "mountport=20048", "nolock").valid
+
+
+def test_without_rpcbind_locks_need_nolock():
+    (warning,) = gateway("vers=3", "port=2049", "mountport=20048").warnings
+    assert "NFSv3 locking needs it" in warning.message and "Add nolock." in warning.message
+
+
+def test_nolock_is_no_sqlite_hazard_on_a_read_only_volume():
+    assert gateway("vers=3", "port=2049", "mountport=20048", "nolock").warnings == ()
+    (warning,) = gateway("vers=3", "port=2049", "mountport=20048", "nolock", cache_policy="cached").warnings
+    assert "two nodes can write one SQLite database at once" in warning.message
+    assert gateway("vers=3", "port=2049", "mountport=20048", "nolock", cache_policy="cached",
+                   sqlite="forbid").warnings == ()
+
+
+def test_the_kind_defaults_from_the_provisioner():
+    assert backend_kind("efs.csi.aws.com") == "efs" and backend_kind(GATEWAY) == "nfs"
+    # An EFS file system mounted through the generic NFS driver still gets the AWS baseline.
+    policy = resolve_policy(provisioner=GATEWAY, cache_policy="cached", kind="efs")
+    assert policy.options["vers"] == "4.1" and policy.options["resvport"] is False

@@ -146,6 +146,8 @@ class FileSystemFacts:
     #: Standard-class bytes; None when EFS reports none (or 0, as moto always does).
     size_bytes: float | None
     provisioned_bytes_per_second: float | None
+    #: generalPurpose or maxIO (fixed when the file system is created).
+    performance_mode: str | None = None
 
     @classmethod
     def from_description(cls, description: dict[str, Any]) -> "FileSystemFacts":
@@ -158,6 +160,7 @@ class FileSystemFacts:
             throughput_mode=_throughput_mode(mode),
             size_bytes=float(standard) if standard else None,
             provisioned_bytes_per_second=provisioned * MIB if provisioned else None,
+            performance_mode=description.get("PerformanceMode"),
         )
 
 
@@ -321,6 +324,7 @@ def fetch_credit_series(
             period_seconds=period_seconds,
             samples=found,
             region=clients.region,
+            performance_mode=fs.performance_mode,
         )
     return {fs_id: outcome[fs_id] for fs_id in dict.fromkeys(file_system_ids)}
 

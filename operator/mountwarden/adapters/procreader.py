@@ -70,6 +70,15 @@ class ProcRoot:
             self.counters.note(error)
             return []
 
+    def stat(self, pid: int) -> str | None:
+        """/proc/<pid>/stat as text (its state never waits on a file system); None when the process is gone."""
+        return self._text(pid, "stat")
+
+    def kernel_release(self) -> str | None:
+        """The running kernel's release (sys/kernel/osrelease), e.g. 6.1.0-57-amd64."""
+        text = self._text("sys", "kernel", "osrelease", counted=False)
+        return text.strip() or None if text is not None else None
+
     def cgroup(self, pid: int) -> CgroupResult | None:
         text = self._text(pid, "cgroup")
         return None if text is None else parse_cgroup(text)

@@ -19,6 +19,7 @@ from typing import Protocol, TextIO
 from prometheus_client import start_http_server
 
 from mountwarden.adapters.procreader import ProcRoot
+from mountwarden.agent.activity import DEFAULT_PROCESS_ROUNDS, DEFAULT_WINDOW_SECONDS, ActivityTracker
 from mountwarden.agent.metrics import AgentMetrics
 from mountwarden.agent.probe import DEFAULT_PROBE_TIMEOUT_SECONDS, ServerProbe
 from mountwarden.agent.report import RefusedWrite, WriteOutcome, report_body
@@ -39,6 +40,9 @@ class AgentSettings:
     metrics_port: int
     #: How long a scan waits for each NFS server's statvfs() probe; 0 probes nothing.
     probe_timeout_seconds: float = DEFAULT_PROBE_TIMEOUT_SECONDS
+    #: Rounds of process-state samples per scan (0: none), and the window rates and samples are kept for.
+    process_samples: int = DEFAULT_PROCESS_ROUNDS
+    activity_window_seconds: float = DEFAULT_WINDOW_SECONDS
 
 
 class ReportSink(Protocol):
@@ -84,6 +88,8 @@ class Agent:
         self.sqlite_scan = sqlite_scan
         self.proc = ProcRoot(settings.proc_root)
         self.probe = ServerProbe(self.proc, settings.probe_timeout_seconds) if settings.probe_timeout_seconds else None
+        self.tracker = ActivityTracker(self.proc, window_seconds=settings.activity_window_seconds,
+                                       process_rounds=settings.process_samples)
 
     def step(self) -> bool:
         """Scan once and hand the report to the sink; False when either failed (logged and counted)."""
@@ -95,12 +101,13 @@ class Agent:
                 network_fstypes=self.settings.network_fstypes,
                 sqlite_scan=self.sqlite_scan,
                 probe=self.probe,
+                tracker=self.tracker,
             )
         except Exception:  # any failure of one scan: the next one may succeed
             log.exception("scan of %s failed", self.settings.proc_root)
             self.metrics.scan_errors.inc()
             return False
-        self.metrics.scanned(result.scan, result.duration_seconds, at=time.monotonic())
+        self.metrics.scanned(result.scan, result.duration_seconds, at=time.monotonic(), recent=result.recent)
         try:
             outcome = self.sink.sync(result.spec)
         except RefusedWrite:

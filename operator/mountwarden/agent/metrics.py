@@ -116,6 +116,49 @@ class _RatesCollector(Collector):
         yield from families.values()
 
 
+class _ActivityCollector(Collector):
+    """Each volume's throughput, transport health and process states over the agent's activity window."""
+
+    LABELS = ("node", "pod_uid", "volume")
+    FAMILIES = (
+        ("read_bytes_per_second", "mountwarden_nfs_read_bytes_per_second",
+         "Bytes read from the NFS server per second, over the agent's activity window."),
+        ("write_bytes_per_second", "mountwarden_nfs_write_bytes_per_second",
+         "Bytes written to the NFS server per second, over the agent's activity window."),
+        ("retransmissions_per_second", "mountwarden_nfs_retransmissions_per_second",
+         "NFS requests sent again per second (no reply within timeo), over the agent's activity window."),
+        ("major_timeouts_per_second", "mountwarden_nfs_major_timeouts_per_second",
+         "NFS requests unanswered for timeo x retrans per second, over the agent's activity window."),
+        ("reconnects_per_second", "mountwarden_nfs_reconnects_per_second",
+         "Connections to the NFS server made again per second, over the agent's activity window."),
+    )
+
+    def __init__(self, node_name: str) -> None:
+        self.node_name = node_name
+        self.recent: dict = {}
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        recent = self.recent
+        families = {field: GaugeMetricFamily(name, text, labels=self.LABELS) for field, name, text in self.FAMILIES}
+        stuck = GaugeMetricFamily(
+            "mountwarden_nfs_uninterruptible_share",
+            "Share of the samples of a pod's processes using the volume that were in uninterruptible sleep (D).",
+            labels=self.LABELS)
+        seen: set[tuple[str, str]] = set()
+        for (pod_uid, volume, _mount_point, _superblock), found in recent.items():
+            if (pod_uid, volume) in seen:
+                continue  # a mount over a mount: the first one, as for the operation rates
+            seen.add((pod_uid, volume))
+            labels = [self.node_name, pod_uid, volume]
+            if found.activity is not None:
+                for field, family in families.items():
+                    family.add_metric(labels, getattr(found.activity, field))
+            if found.processes is not None and found.processes.samples:
+                stuck.add_metric(labels, found.processes.share)
+        yield from families.values()
+        yield stuck
+
+
 class AgentMetrics:
     """Everything /metrics serves, on a registry of its own."""
 
@@ -144,12 +187,15 @@ class AgentMetrics:
             registry=self.registry)
         self._rates = _RatesCollector(node_name)
         self.registry.register(self._rates)
+        self._activity = _ActivityCollector(node_name)
+        self.registry.register(self._activity)
         self._previous: dict[VolumeKey, dict[str, OperationTotals]] | None = None
         self._previous_at = 0.0
 
-    def scanned(self, scan: NodeScan, duration_seconds: float, at: float) -> None:
-        """Record a successful scan made at monotonic time ``at``."""
+    def scanned(self, scan: NodeScan, duration_seconds: float, at: float, recent: dict | None = None) -> None:
+        """Record a successful scan made at monotonic time ``at`` (``recent``: each volume's VolumeActivity)."""
         self.scan_duration.observe(duration_seconds)
+        self._activity.recent = dict(recent or {})
         self.skipped_lines.set(scan.skipped_lines)
         self.volumes.set(len(scan.volumes))
         current = volume_totals(scan)

@@ -54,6 +54,8 @@ def content(spec: NodeMountReportSpec) -> dict[str, Any]:
     for volume in wire.get("volumes", []):
         volume.pop("operations", None)
         volume.pop("ageSeconds", None)  # grows every scan, like the counters it goes with
+        volume.pop("activity", None)  # rates and samples change every scan: /metrics serves them live
+        volume.pop("processes", None)
     return wire
 
 

@@ -10,17 +10,20 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
 from mountwarden import __version__
 from mountwarden.adapters.procreader import ProcRoot
+from mountwarden.agent.activity import ActivityTracker, VolumeActivity, volume_key
 from mountwarden.agent.probe import ServerProbe
 from mountwarden.api.nodemountreport import (
+    MountActivity,
     MountedVolume,
     NodeMountReportSpec,
     OperationSummary,
     OptionsSource,
+    ProcessStates,
     SqliteFinding,
     VolumePlugin,
 )
@@ -53,6 +56,8 @@ class ScanResult:
     #: The full scan, with every operation's raw totals, for the rates on /metrics.
     scan: NodeScan
     duration_seconds: float
+    #: Each volume's recent activity (empty without a tracker), for /metrics.
+    recent: dict = field(default_factory=dict)
 
 
 def resolve_on_host(proc: ProcRoot, path: str) -> str:
@@ -110,9 +115,21 @@ def _operation_summary(totals: OperationTotals) -> OperationSummary:
     )
 
 
-def mounted_volume(volume: NodeVolume, server_responding: bool | None = None) -> MountedVolume:
+def _activity(recent: VolumeActivity | None) -> tuple[MountActivity | None, ProcessStates | None]:
+    if recent is None:
+        return None, None
+    rates = MountActivity(**asdict(recent.activity)) if recent.activity is not None else None
+    samples = recent.processes
+    states = ProcessStates(samples=samples.samples, uninterruptible=samples.uninterruptible,
+                           processes=samples.processes, uninterruptible_share=samples.share) if samples else None
+    return rates, states
+
+
+def mounted_volume(volume: NodeVolume, server_responding: bool | None = None,
+                   recent: VolumeActivity | None = None) -> MountedVolume:
     """A scanned volume in the report's shape, with its busiest operations only."""
     busiest = list(volume.operations.items())[:MAX_REPORTED_OPERATIONS]
+    rates, states = _activity(recent)
     notes = list(volume.notes)
     if server_responding is False:
         notes.append(f"{volume.server or 'the server'} did not answer a statvfs() probe: processes using this "
@@ -138,6 +155,8 @@ def mounted_volume(volume: NodeVolume, server_responding: bool | None = None) ->
         notes=notes,
         operations={name: _operation_summary(totals) for name, totals in busiest},
         age_seconds=volume.age_seconds,
+        activity=rates,
+        processes=states,
     )
 
 
@@ -175,6 +194,7 @@ def scan_node_report(
     network_fstypes: Sequence[str],
     sqlite_scan: SqliteScanner | None = None,
     probe: ServerProbe | None = None,
+    tracker: ActivityTracker | None = None,
     now: datetime | None = None,
 ) -> ScanResult:
     """One scan of the node, as the NodeMountReport spec the agent writes.
@@ -189,6 +209,7 @@ def scan_node_report(
         if not answered:
             log.warning("the server of superblock %s did not answer a statvfs() probe in %.0f s", superblock,
                         probe.timeout)
+    recent = tracker.observe(scan) if tracker is not None else {}
     sqlite = list(sqlite_scan(proc, scan.network_mounts)) if sqlite_scan is not None else []
     for volume in scan.volumes:
         for note in volume.notes:
@@ -197,12 +218,15 @@ def scan_node_report(
         node_name=node_name,
         scan_time=now or datetime.now(UTC),
         agent_version=__version__,
+        kernel_release=proc.kernel_release(),
         network_fstypes=list(network_fstypes),
-        volumes=[mounted_volume(volume, responding.get(volume.superblock)) for volume in scan.volumes],
+        volumes=[mounted_volume(volume, responding.get(volume.superblock), recent.get(volume_key(volume)))
+                 for volume in scan.volumes],
         sqlite=sqlite,
         skipped_lines=scan.skipped_lines,
     )
-    return ScanResult(spec=_within_size(spec), scan=scan, duration_seconds=time.perf_counter() - started)
+    return ScanResult(spec=_within_size(spec), scan=scan, duration_seconds=time.perf_counter() - started,
+                      recent=recent)
 
 
 def _within_size(spec: NodeMountReportSpec) -> NodeMountReportSpec:

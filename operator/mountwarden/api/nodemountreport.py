@@ -38,6 +38,34 @@ class OperationSummary(ApiModel):
     )
 
 
+class MountActivity(ApiModel):
+    """What the mount did recently: rates over the agent's window (or since the mount, before a second scan)."""
+
+    window_seconds: float = Field(description="Seconds the rates are over.")
+    since: str = Field(description="scans: between the agent's samples; mount: since the mount was made.")
+    read_bytes_per_second: float = Field(description="Bytes read from the server per second (READ).")
+    write_bytes_per_second: float = Field(description="Bytes written to the server per second (WRITE).")
+    requests_per_second: float = Field(description="RPC requests completed per second, every operation.")
+    retransmissions_per_second: float = Field(description="Requests sent again per second (no reply in timeo).")
+    major_timeouts_per_second: float = Field(description="Requests that went unanswered for timeo x retrans, per "
+                                                         "second (a hard mount logs 'server not responding').")
+    reconnects_per_second: float = Field(description="Connections made again per second, all transports.")
+    connections: int = Field(description="Transports (xprt lines: nconnect) the rates went over.")
+    data_requests: int = Field(description="READ and WRITE requests completed in the window.")
+    avg_queue_ms: float | None = Field(default=None, description="Their average wait to be sent, ms.")
+    avg_rtt_ms: float | None = Field(default=None, description="Their average round trip, ms.")
+    avg_execute_ms: float | None = Field(default=None, description="Their average whole life, ms.")
+
+
+class ProcessStates(ApiModel):
+    """The states of the processes of the volume's pod that use it, sampled over the agent's window."""
+
+    samples: int = Field(ge=0, description="Process states read (processes x sampling rounds).")
+    uninterruptible: int = Field(ge=0, description="Samples in uninterruptible sleep (D): waiting on I/O, here NFS.")
+    processes: int = Field(ge=0, description="Processes sampled.")
+    uninterruptible_share: float = Field(ge=0, le=1, description="uninterruptible / samples.")
+
+
 class MountedVolume(ApiModel):
     """One pod volume (or CSI staging mount) on a network filesystem, as the kernel has it."""
 
@@ -77,6 +105,11 @@ class MountedVolume(ApiModel):
         description="Seconds since the mount was made (mountstats age) when the operation totals were taken: "
         "the totals over this are average rates.",
     )
+    activity: MountActivity | None = Field(
+        default=None, description="Throughput and transport health over the agent's window (absent: no NFS "
+        "statistics). /metrics serves the same rates live.")
+    processes: ProcessStates | None = Field(
+        default=None, description="How often the pod's processes using this volume were in uninterruptible sleep.")
 
 
 class SqliteMode(StrEnum):
@@ -107,6 +140,8 @@ class NodeMountReportSpec(ApiModel):
     node_name: str = Field(description="The node this report describes (the object has the same name).")
     scan_time: datetime = Field(description="When the agent last scanned the node.")
     agent_version: str = Field(description="Version of the agent that wrote the report.")
+    kernel_release: str | None = Field(default=None, description="The node's kernel release (e.g. 6.1.0-57-amd64): "
+                                                                 "what its NFS client can do, nconnect since 5.3.")
     network_fstypes: list[str] = Field(description="Filesystem types the agent treats as network storage.")
     volumes: list[MountedVolume] = Field(default_factory=list, description="Pod volumes on network filesystems.")
     sqlite: list[SqliteFinding] = Field(default_factory=list, description="SQLite databases in use on them.")

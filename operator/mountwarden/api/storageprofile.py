@@ -10,7 +10,8 @@ from enum import StrEnum
 from pydantic import Field
 
 from mountwarden.api.base import ApiModel, Condition, LabelSelector
-from mountwarden.core.policy import ResolvedPolicy, resolve_policy
+from mountwarden.core.mountactivity import Thresholds, efs_file_system_limit
+from mountwarden.core.policy import ResolvedPolicy, backend_kind, resolve_policy
 from mountwarden.core.presets import CachePolicy
 from mountwarden.core.rollout import Phase as RolloutPhase
 from mountwarden.core.rollout import State as RolloutWorkloadState
@@ -51,9 +52,22 @@ class RolloutApproval(StrEnum):
     MANUAL = "Manual"
 
 
+class BackendKind(StrEnum):
+    EFS = "efs"
+    NFS = "nfs"
+    NFSV3_GATEWAY = "nfsv3-gateway"
+
+
 class Backend(ApiModel):
     """Where the volumes come from: the CSI provisioner and its StorageClass parameters."""
 
+    kind: BackendKind | None = Field(
+        default=None,
+        description="What serves the volumes, so that validation and advice fit it: efs (AWS EFS), nfs (a "
+        "generic NFS server) or nfsv3-gateway (an NFSv3-only gateway such as an S3-backed NFS gateway: vers=3 with "
+        "explicit port and mountport, no rpcbind, and one node's network interface for every client). Defaults "
+        "to efs for efs.csi.aws.com, nfs otherwise.",
+    )
     provisioner: str = Field(
         min_length=1,
         description="CSI provisioner of the StorageClasses, e.g. efs.csi.aws.com or nfs.csi.k8s.io. "
@@ -102,6 +116,27 @@ class Rollout(ApiModel):
     )
 
 
+class Throughput(ApiModel):
+    """What bounds a mount's throughput: the per-flow cap, and what nconnect advice is sized from."""
+
+    per_flow_cap_gbps: float = Field(
+        default=5.0, ge=0.01, le=400,
+        description="The most one TCP connection carries, Gbit/s: 5 between EC2 instances outside a cluster "
+        "placement group (EC2 User Guide, 'Amazon EC2 instance network bandwidth'). A single-connection mount "
+        "near it with requests queueing is a ThroughputPlateau.",
+    )
+    instance_bandwidth_gbps: float | None = Field(
+        default=None, ge=0.01, le=3200,
+        description="The consumers' nodes' network bandwidth, Gbit/s (their instance type's): nconnect advice is "
+        "ceil(min(this, the file-system limit) / perFlowCapGbps) + 1.",
+    )
+    file_system_limit_gbps: float | None = Field(
+        default=None, ge=0.01, le=3200,
+        description="The server's throughput limit per client, Gbit/s. For EFS, when absent: 1,500 MiB/s per "
+        "client in Elastic mode, 500 MiB/s otherwise (EFS User Guide, 'Amazon EFS performance specifications').",
+    )
+
+
 class CreditWatch(ApiModel):
     """Watch an EFS file system's burst credits and forecast when they run out."""
 
@@ -127,9 +162,11 @@ class StorageProfileSpec(ApiModel):
     backend: Backend = Field(description="The provisioner and parameters of the StorageClasses.")
     cache_policy: CachePolicy | None = Field(
         default=None,
-        description="A named cache policy: strict (actimeo=0, lookupcache=none), coherent (close-to-open, "
-        "lookupcache=positive, acregmax=3), cached (actimeo=600, lookupcache=all) or read-only "
-        "(ro, actimeo=600, nocto, lookupcache=all).",
+        description="A named cache policy (mountwarden options presets, docs/reference/presets.md): strict "
+        "(actimeo=0, lookupcache=none), staging (acregmin=0, acregmax=0, lookupcache=positive, cto: stat() never "
+        "stale, for directories several clients write), cached (actimeo=600, lookupcache=all: others' changes up "
+        "to 10 minutes late) or read-only (ro, actimeo=600, nocto, lookupcache=all). coherent is deprecated and "
+        "means staging. None is for SQLite or trees of many small files: keep those on local storage.",
     )
     mount_options: list[str] = Field(
         default_factory=list, description="Options layered over the preset; an entry may hold several, comma-separated."
@@ -155,6 +192,9 @@ class StorageProfileSpec(ApiModel):
     credit_watch: CreditWatch | None = Field(
         default=None, description="EFS burst-credit forecasting; on by default for EFS backends with a fileSystemId."
     )
+    throughput: Throughput = Field(
+        default_factory=Throughput, description="The per-flow cap and bandwidths that throughput findings and "
+        "nconnect advice are judged by.")
     default: bool = Field(
         default=False, description="Make the newest StorageClass version the cluster's default class."
     )
@@ -166,7 +206,18 @@ class StorageProfileSpec(ApiModel):
             mount_options=self.mount_options,
             required_options=self.required_options,
             forbidden_options=self.forbidden_options,
+            kind=str(self.backend.kind) if self.backend.kind else None,
+            sqlite=str(self.sqlite),
         )
+
+    def thresholds(self, throughput_mode: str | None = None) -> Thresholds:
+        """When this profile's volumes' throughput is a finding; ``throughput_mode``: EFS's, once known."""
+        limit, source = self.throughput.file_system_limit_gbps, "spec.throughput.fileSystemLimitGbps"
+        if limit is None and backend_kind(self.backend.provisioner, self.backend.kind) == "efs":
+            limit, source = efs_file_system_limit(throughput_mode)
+        return Thresholds(per_flow_cap_gbps=self.throughput.per_flow_cap_gbps,
+                          instance_bandwidth_gbps=self.throughput.instance_bandwidth_gbps,
+                          file_system_limit_gbps=limit, file_system_limit_source=source)
 
 
 class VersionRecord(ApiModel):
@@ -270,6 +321,9 @@ class CreditsStatus(ApiModel):
     file_system_id: str = Field(description="The file system watched.")
     state: str = Field(description="Healthy, Draining, Empty, Trap or Unknown.")
     throughput_mode: str | None = Field(default=None, description="bursting, provisioned or elastic.")
+    performance_mode: str | None = Field(default=None, description="generalPurpose or maxIO (DescribeFileSystems): "
+                                                                   "Max I/O has higher per-operation latency and "
+                                                                   "cannot use Elastic throughput.")
     size_gib: float | None = Field(default=None, description="Size of the Standard class data, GiB.")
     balance_bytes: float | None = Field(default=None, description="Latest BurstCreditBalance, bytes.")
     slope_bytes_per_second: float | None = Field(default=None, description="Robust slope of the balance over "
@@ -399,12 +453,31 @@ class ComplianceStatus(ApiModel):
     checked_at: datetime | None = Field(default=None, description="When the reports were last compared.")
 
 
+class ServerLoad(ApiModel):
+    server: str = Field(description="The server (address or host name) of the mounts.")
+    mounts: int = Field(description="Pod volumes of this profile mounted from it.")
+    nodes: int = Field(description="Nodes they are on.")
+    read_bytes_per_second: float = Field(description="Bytes read from it per second, all those mounts together.")
+    write_bytes_per_second: float = Field(description="Bytes written to it per second, all together.")
+    message: str = Field(default="", description="What the load means for this backend kind.")
+
+
 class StorageProfileStatus(ApiModel):
     storage_class_name: str | None = Field(default=None, description="The current StorageClass version.")
     version: int | None = Field(default=None, description="The current version number.")
     options_hash: str | None = Field(default=None, description="Hash of the current StorageClass content.")
     effective_mount_options: list[str] = Field(
         default_factory=list, description="The canonical options new volumes of this profile are mounted with."
+    )
+    servers: list[ServerLoad] = Field(
+        default_factory=list,
+        description="Every server the profile's volumes are mounted from: mounts, nodes and bytes per second "
+        "across the cluster (node reports). A gateway that is one node's network interface is a funnel.",
+    )
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="What the spec asks for that will not do what it says, or is deprecated (a deprecated "
+        "cachePolicy, an rsize the kernel rounds), each naming the field and the fix.",
     )
     history: list[VersionRecord] = Field(default_factory=list, description="Versions that exist, oldest first.")
     credits: CreditsStatus | None = Field(default=None, description="EFS burst-credit forecast (credit watch).")

@@ -67,8 +67,18 @@ def agent_command(
         "--probe-timeout", min=0, metavar="SECONDS",
         help="How long each scan waits for every NFS server to answer one statvfs() of its superblock; a server "
              "that does not is reported (serverResponding: false). 0 probes nothing.")] = 5.0,
+    process_samples: Annotated[int, typer.Option(
+        "--process-samples", min=0, max=100, metavar="N",
+        help="Rounds of samples, 0.2 s apart, of the state of every process of a pod with an NFS volume, per scan "
+             "(/proc/<pid>/stat): the share in uninterruptible sleep (D) is reported per volume. 0 samples none.")
+    ] = 5,
+    activity_window: Annotated[float, typer.Option(
+        "--activity-window", min=1, metavar="SECONDS",
+        help="Throughput, transport health and process states are reported over this many seconds of scans.")
+    ] = 300.0,
     once: Annotated[bool, typer.Option(
-        "--once", help="Scan and write once, then exit (1 when the scan or the write failed); no metrics server.")
+        "--once", help="Scan and write once, then exit (1 when the scan or the write failed); no metrics server. "
+                       "Rates are then since each mount was made.")
     ] = False,
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Print the report as JSON on stdout instead of writing it; needs no cluster.")] = False,
@@ -86,11 +96,19 @@ def agent_command(
     it (they share its options), server and how many mounts use it (nconnect is
     fixed by the first), and per-operation RPC totals.
 
+    Each volume also gets its recent activity (read and write bytes per second,
+    retransmissions, major timeouts and reconnects over --activity-window) and
+    how often its pod's processes were in uninterruptible sleep (D), sampled
+    --process-samples times a scan from /proc/<pid>/stat.
+
     The report is written only when something other than the counters changed,
     and as a heartbeat every --heartbeat seconds; /metrics serves live rates
     (mountwarden_nfs_operations_per_second, ..._rtt_milliseconds,
     ..._execute_milliseconds, ..._queue_milliseconds by node, pod_uid, volume,
-    op) and the agent's health. A failed scan or write is logged, counted and
+    op; ..._read_bytes_per_second, ..._write_bytes_per_second,
+    ..._retransmissions_per_second, ..._major_timeouts_per_second,
+    ..._reconnects_per_second, ..._uninterruptible_share by node, pod_uid,
+    volume) and the agent's health. A failed scan or write is logged, counted and
     retried at the next scan. The agent refuses to write when --node-name is
     not a node, or names another machine (the Node's boot ID differs from this
     kernel's): exit code 2.
@@ -127,6 +145,8 @@ def agent_command(
         interval_seconds=interval,
         metrics_port=0 if once else metrics_port,
         probe_timeout_seconds=probe_timeout,
+        process_samples=process_samples,
+        activity_window_seconds=activity_window,
     )
     sink: ReportSink
     if dry_run:
@@ -263,10 +283,14 @@ def audit_command(
 
     With --profile or --preset, each volume is checked against the declared
     options. A finding has a reason: OptionMismatch (an option in effect
-    differs), SuperblockShared (it differs and another mount shares the
-    superblock, whose options the first mount fixed: the fix is to move or
-    restart the other consumer, or nosharecache) or NconnectIgnored (the
-    server's first mount fixed the number of connections).
+    differs), UndeclaredOption (an option that changes behaviour is in effect
+    although nothing declares it: sync, noac, ac* times, lookupcache, nocto,
+    soft, nolock, local_lock), SuperblockShared (it differs in timeo, retrans,
+    resvport or nconnect and another mount shares the superblock, whose values
+    the first mount fixed: move or restart the other consumer, or mount with
+    nosharecache, which nfs(5) calls a data risk: cached copies of one file on
+    one client can get out of sync) or NconnectIgnored (the server's first
+    mount fixed the number of connections).
 
     JSON: {proc_root, kubelet_roots, policy {source, options, required,
     forbidden}, compliant, volumes [{pod_uid, volume_name, plugin, driver,

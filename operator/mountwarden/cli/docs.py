@@ -83,6 +83,7 @@ def rendered() -> dict[str, str]:
     """File name -> Markdown of every generated reference page."""
     from mountwarden.api import nodemountreport, storageprofile
     from mountwarden.api.docgen import model_reference
+    from mountwarden.core import presetsheet
     from mountwarden.core.kernelfacts import facts
     from mountwarden.lab import factsdoc
 
@@ -100,6 +101,7 @@ def rendered() -> dict[str, str]:
         "metrics.md": _metrics_reference(),
         "kernel-behaviour.md": factsdoc.render(facts()),
         "rollout.md": _rollout_reference(),
+        "presets.md": presetsheet.reference(),
     }
 
 

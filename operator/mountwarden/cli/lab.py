@@ -138,9 +138,11 @@ def measure_command(
 
     In one VM: which option differences share a superblock and what a later mount runs with, nconnect
     per client, rsize/wsize outcomes, what mountinfo and mountstats print for each preset, whether
-    nolock keeps locks local on NFSv3 and NFSv4.1, and per preset the RPC cost of a stat() loop,
-    `ls -l` and an open()/close() loop and the worst staleness a reader on another client sees by
-    stat() and by open()+fstat() while a writer appends. Takes 5-10 minutes under TCG.
+    nolock keeps locks local on NFSv3 and NFSv4.1, and per preset (and per deprecated preset, as it
+    was) the RPC cost of a stat() loop, `ls -l`, an open()/close() loop and a stat() loop on a missing
+    name, the worst staleness a reader on another client sees by stat() and by open()+fstat() while a
+    writer appends, and how long a file another client creates stays missing after a failed lookup.
+    Takes 15-20 minutes under TCG (more on a loaded machine).
     """
     import json
 

@@ -1,6 +1,5 @@
 """Subcommands: options normalize | explain | check."""
 
-from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
@@ -12,12 +11,13 @@ from rich.table import Table
 from mountwarden.api.storageprofile import StorageProfileSpec
 from mountwarden.cli._app import app
 from mountwarden.cli._output import console, fail, print_json
+from mountwarden.core import presetsheet
 from mountwarden.core.compare import check
 from mountwarden.core.explain import explain
-from mountwarden.core.kernelfacts import kernel_release, preset_measurement
+from mountwarden.core.kernelfacts import kernel_release
 from mountwarden.core.options import normalize
 from mountwarden.core.policy import resolve_policy
-from mountwarden.core.presets import EFS_PROVISIONER, PRESETS, CachePolicy
+from mountwarden.core.presets import LOCAL_STORAGE_NOTE, CachePolicy
 
 options_app = typer.Typer(
     help="Validate, normalize, explain and check NFS mount options (no cluster needed).",
@@ -74,32 +74,36 @@ def explain_command(
 
 @options_app.command("presets")
 def presets_command(json_output: JsonFlag = False) -> None:
-    """List the cache-policy presets: what each is for, its staleness and cost, and what the kernel lab measured.
+    """List the cache-policy presets: each one's promise, what it is (not) for, and what the kernel lab measured.
 
-    The measured figures are those of a real Linux NFS client (the kernel lab, `make kernel-facts`) mounting
-    each preset as a profile on EFS does (the AWS baseline under the preset), against a server that grants
-    no delegations, as EFS grants none: the worst age of a size seen by stat() and by open()+fstat() while
-    another client appends, and the RPCs of a stat() loop, an open()/close() loop and `ls -l` of 50 files.
+    The promise is in the terms code depends on: how stale a stat() by path can be, what open()+fstat()
+    sees after another client's close(), how long a file another client creates stays missing after a
+    failed lookup, what a write waits for, and the cost. The measured figures are those of a real Linux
+    NFS client (the kernel lab, `make kernel-facts`) mounting each preset as a profile on EFS does (the
+    AWS baseline under the preset), against a server that grants no delegations, as EFS grants none.
+    Deprecated names are listed with what they mean now and the measurement that retired them.
     """
-    rows = []
-    for preset in PRESETS.values():
-        mount_options = ",".join(resolve_policy(provisioner=EFS_PROVISIONER, cache_policy=preset.name).mount_options)
-        rows.append((preset, preset_measurement(str(preset.name), mount_options)))
     if json_output:
-        print_json({"kernel": kernel_release(), "presets": [
-            {"name": str(p.name), "options": list(p.options), "useFor": p.use_for, "staleness": p.staleness,
-             "cost": p.cost, "measured": asdict(m) if m else None}
-            for p, m in rows
-        ]})
+        print_json(presetsheet.to_dict())
         return
-    table = Table(show_lines=True, caption=f"measured: Linux {kernel_release()} in the kernel lab (make kernel-facts)")
-    for column in ("preset", "options", "use for", "staleness", "cost", "measured"):
-        table.add_column(column)
-    for preset, measured in rows:
-        shown = (f"{measured.describe_staleness()}\n{measured.describe_cost()}" if measured
-                 else "[yellow]not measured with these options: run make kernel-facts[/]")
-        table.add_row(str(preset.name), ",".join(preset.options), preset.use_for, preset.staleness, preset.cost, shown)
-    console.print(table)
+    console.print(f"[dim]measured: Linux {kernel_release()} in the kernel lab (make kernel-facts)[/]\n")
+    for sheet in presetsheet.preset_sheets():
+        preset, promise = sheet.preset, sheet.preset.promise
+        measured = (f"{sheet.measured.describe_staleness()}; {sheet.measured.describe_cost()}" if sheet.measured
+                    else "[yellow]not measured with these options: run make kernel-facts[/]")
+        console.print(f"[bold]{preset.name}[/]  {','.join(preset.options)}  [dim](on EFS: {sheet.efs_options})[/]")
+        for label, text in (("for", preset.use_for), ("not for", preset.not_for),
+                            ("stat() by path", promise.stat_by_path),
+                            ("open() after another client's close()", promise.open_after_close),
+                            ("a file another client creates", promise.new_files), ("writes", promise.writes),
+                            ("cost", promise.cost), ("measured", measured)):
+            console.print(f"  [bold]{label}:[/] {text}")
+        console.print()
+    console.print(f"[bold]SQLite and small files:[/] {LOCAL_STORAGE_NOTE}\n")
+    for sheet in presetsheet.deprecated_sheets():
+        before = (f" As it was ({sheet.former_efs_options}): {sheet.measured_before.describe_staleness()}."
+                  if sheet.measured_before else "")
+        console.print(f"[yellow]deprecated[/] {sheet.deprecation.warning()}{before}")
 
 
 def _declared_from_profile(path: Path) -> tuple[dict, list[str], list[str]]:

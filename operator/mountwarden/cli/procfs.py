@@ -11,6 +11,7 @@ from rich.text import Text
 
 from mountwarden.cli._app import app
 from mountwarden.cli._output import console, err_console, fail, print_json
+from mountwarden.core.mountactivity import DEFAULT_PER_FLOW_CAP_GBPS
 from mountwarden.core.procfs.mountinfo import MountinfoEntry, read_mountinfo
 from mountwarden.core.procfs.mounts import MountsEntry, read_mounts
 from mountwarden.core.procfs.mountstats import (
@@ -43,8 +44,9 @@ def mounts_command(
 
     From mountinfo, each mount has: mount_id and parent_id; major_minor, the
     device number of the superblock ("MAJ:MIN", decimal), which is equal for
-    mounts that share one NFS superblock and so share its options whatever
-    each mount asked for; root, the directory of the file system mounted
+    mounts that share one NFS superblock and so share its options (the
+    kernel shares one only between mounts that differ at most in timeo,
+    retrans, resvport or nconnect: kernel lab); root, the directory of the file system mounted
     here; mount_point; mount_options, the per-mount options (ro/rw, nosuid,
     relatime); optional_fields, the propagation tags (shared:N, master:N,
     propagate_from:N, unbindable); fstype; source (for NFS, server:/export);
@@ -324,12 +326,18 @@ def _print_mountstats_device(device: MountstatsDevice) -> None:
 
 
 def _queue_remedy(device: MountstatsDevice) -> str:
+    sizing = (f"size nconnect as ceil(min(instance bandwidth, file-system limit) / "
+              f"{DEFAULT_PER_FLOW_CAP_GBPS:g} Gbit/s) + 1 (three connections covered the single-flow incident; EFS "
+              "gives one client at most 1,500 MiB/s in Elastic mode and 500 MiB/s otherwise: EFS User Guide, "
+              "'Amazon EFS performance specifications').")
     if device.xprt_count > 1:
         return (
             "requests wait for the connection, not the server; this mount already spreads them over "
-            f"{device.xprt_count} connections (nconnect): raise nconnect (at most 16) or look for a server-side limit."
+            f"{device.xprt_count} connections (nconnect): if they move less than the instance and the file system "
+            f"allow, {sizing} Otherwise look for a server-side limit."
         )
     return (
-        "requests wait for the connection, not the server; one TCP flow carries about 5 Gbit/s at most "
-        "on EC2: mount with nconnect (for example nconnect=8, at most 16) to spread them over several connections."
+        f"requests wait for the connection, not the server; one TCP flow carries at most "
+        f"{DEFAULT_PER_FLOW_CAP_GBPS:g} Gbit/s between EC2 instances outside a cluster placement group (EC2 User "
+        f"Guide, 'Amazon EC2 instance network bandwidth'): {sizing} nconnect needs Linux 5.3 or later."
     )

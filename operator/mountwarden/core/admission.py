@@ -33,8 +33,10 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from mountwarden.core.credits.bucket import ThroughputMode
+from mountwarden.core.options import effective_value
+from mountwarden.core.optiontable import ATTRIBUTE_CACHE_TIMES, OptionValue
 from mountwarden.core.policy import SpecProblem
-from mountwarden.core.presets import EFS_PROVISIONER, CachePolicy, is_efs
+from mountwarden.core.presets import EFS_METERING, EFS_PROVISIONER, CachePolicy, is_efs
 from mountwarden.core.selectors import selector_matches
 from mountwarden.core.storageclass import ClassEntry, DesiredClass, ExistingClass, plan_classes
 
@@ -79,6 +81,8 @@ class ProfileEntry:
     throughput_mode: str | None = None
     #: status.storageClassName: the version new PVCs should ask for.
     storage_class_name: str | None = None
+    #: The resolved options new volumes are mounted with (preset, overrides, EFS baseline); None: unknown.
+    effective_options: Mapping[str, OptionValue] | None = None
 
     @property
     def declares_consumers(self) -> bool:
@@ -243,11 +247,15 @@ def review_claim(claim: Claim, view: ClusterView) -> Review:
             deny=owner is not None and owner.sqlite == SQLITE_FORBID and owner.denies,
         ))
 
-    if owner is not None and _strict_on_bursting_efs(owner):
+    costly = _costly_on_bursting_efs(owner) if owner is not None else []
+    if owner is not None and costly:
         where = f"EFS {owner.file_system_id}" if owner.file_system_id else "EFS"
         findings.append(Finding(
-            f"StorageProfile {owner.name}: cachePolicy strict on Bursting {where} meters every stat as 4 KiB; "
-            "use coherent, or Elastic throughput"
+            f"StorageProfile {owner.name}: on Bursting {where} its effective options {', '.join(costly)} make "
+            f"{_what_costs(costly)}, each {EFS_METERING} and paid from the burst credits meant for data "
+            "(sync,actimeo=0,lookupcache=none made the incident's import take 8 hours); use cachePolicy staging for "
+            "data several clients change (1 GETATTR per stat(), never stale: kernel lab), cached where others' "
+            "changes may show up to 10 minutes late, or Elastic throughput"
         ))
 
     # Asking for the default by name counts as asking for no class: the API server usually filled it in.
@@ -261,13 +269,45 @@ def review_claim(claim: Claim, view: ClusterView) -> Review:
     return Review(tuple(findings))
 
 
-def _strict_on_bursting_efs(profile: ProfileEntry) -> bool:
-    """Every stat is a GETATTR metered as 4 KiB: in Bursting mode that drains the credits meant for data."""
-    return (
-        profile.cache_policy == CachePolicy.STRICT
-        and is_efs(profile.provisioner)
-        and (profile.throughput_mode or "").lower() == ThroughputMode.BURSTING
-    )
+def costly_options(options: Mapping[str, OptionValue]) -> list[str]:
+    """The options that make metadata or writes a round trip each, as a user would write them.
+
+    lookupcache=none and directory attributes never cached (acdirmax=0) make every stat() and open()
+    revalidate each component of its path (kernel lab: 5 RPCs per stat() two directories down); sync
+    makes every write() wait for the server (noac is sync and actimeo=0). Files' own attributes never
+    cached (acregmax=0, as staging has) cost one GETATTR per stat() and are not listed.
+    """
+    costly = []
+    if effective_value(options, "sync"):
+        costly.append("sync")
+    if all(effective_value(options, name) == 0 for name in ATTRIBUTE_CACHE_TIMES):
+        costly.append("actimeo=0")
+    elif effective_value(options, "acdirmax") == 0:
+        costly.append("acdirmax=0")
+    if effective_value(options, "lookupcache") == "none":
+        costly.append("lookupcache=none")
+    return costly
+
+
+def _what_costs(costly: list[str]) -> str:
+    metadata = any(option != "sync" for option in costly)
+    writes = "sync" in costly
+    parts = []
+    if metadata:
+        parts.append("every stat() and open() a round trip per path component (5 for a file two directories down: "
+                     "kernel lab)")
+    if writes:
+        parts.append("every write() wait for the server (nfs(5))")
+    return " and ".join(parts)
+
+
+def _costly_on_bursting_efs(profile: ProfileEntry) -> list[str]:
+    """What makes a profile pay a round trip per stat or write, when it pays it from Bursting EFS credits."""
+    if not is_efs(profile.provisioner) or (profile.throughput_mode or "").lower() != ThroughputMode.BURSTING:
+        return []
+    if profile.effective_options is not None:
+        return costly_options(profile.effective_options)
+    return ["actimeo=0", "lookupcache=none"] if profile.cache_policy == CachePolicy.STRICT else []
 
 
 # -- StorageProfiles --------------------------------------------------------------------------------

@@ -4,13 +4,25 @@ An option missing from the mount table counts as its kernel default, because
 /proc/mounts prints most options only when they differ from the default (and
 never prints actimeo). Options the kernel never sees (efs-utils' tls, iam, ...)
 cannot be checked from the mount table and are left out.
+
+Options that change what a mount does are checked whether or not the contract
+names them (``BEHAVIOUR_OPTIONS``): a ``sync`` nobody declared is drift all the
+same, because it is one of the three flags behind the 8-hour import (the incident).
+What the contract implies for an option it does not name is the kernel default.
 """
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
-from mountwarden.core.options import Severity, effective_value, format_canonical, normalize
+from mountwarden.core.options import (
+    INHERITED_THROUGH_SUPERBLOCK,
+    Severity,
+    effective_value,
+    format_canonical,
+    normalize,
+)
 from mountwarden.core.optiontable import ATTRIBUTE_CACHE_TIMES, BY_NAME, Concern, OptionValue, exclusive_group
+from mountwarden.core.presets import EFS_METERING
 
 _SEVERITY_BY_CONCERN = {
     Concern.CONSISTENCY: Severity.ERROR,
@@ -27,6 +39,8 @@ class Finding:
     actual: OptionValue | None
     severity: Severity
     message: str
+    #: The contract does not name the option: it was held to the kernel default.
+    undeclared: bool = False
 
     def to_dict(self) -> dict:
         return {
@@ -35,6 +49,7 @@ class Finding:
             "actual": self.actual,
             "severity": str(self.severity),
             "message": self.message,
+            "undeclared": self.undeclared,
         }
 
 
@@ -162,13 +177,183 @@ def check_forbidden(forbidden: Iterable[str], observed: Mapping[str, OptionValue
     ]
 
 
+# -- options that change behaviour, declared or not -------------------------------------------------
+
+#: Options whose effective value changes what a mount does, whether or not anyone declared them.
+BEHAVIOUR_OPTIONS: tuple[str, ...] = (
+    "sync", *ATTRIBUTE_CACHE_TIMES, "lookupcache", "cto", "hard", "lock", "local_lock",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class OriginHints:
+    """What is known of where a mount's options came from, to say where an undeclared one probably did."""
+
+    #: The PV's spec.mountOptions, normalized; None when unknown (a mount checked outside a cluster).
+    pv_options: Mapping[str, OptionValue] | None = None
+    #: The PV's StorageClass, for the message.
+    storage_class: str | None = None
+    #: Other mount points with the same superblock.
+    shared_with: Sequence[str] = field(default_factory=tuple)
+
+
+#: Options in which a difference gives a later mount a superblock of its own (kernel lab; lock and
+#: local_lock measured on NFSv3, which NFSv4 ignores anyway).
+SEPARATE_SUPERBLOCK: tuple[str, ...] = ("sync", *ATTRIBUTE_CACHE_TIMES, "lookupcache", "cto", "hard", "ro", "rsize",
+                                        "lock", "local_lock")
+
+
+def probable_origin(names: Iterable[str], hints: OriginHints) -> str:
+    """Where options nobody declared most probably came from, in one sentence or two."""
+    names = list(names)
+    inherited = [name for name in names if name in INHERITED_THROUGH_SUPERBLOCK]
+    if inherited:
+        superblock = (" or another mount sharing the superblock, which keeps the options of the mount that made it "
+                      "(kernel lab)")
+    elif not all(name in SEPARATE_SUPERBLOCK for name in names):
+        superblock = ", or a mount sharing the superblock"
+    else:
+        superblock = (f"; not a shared superblock: the kernel gives a mount that differs in {', '.join(names)} a "
+                      "superblock of its own (kernel lab)")
+        if hints.shared_with:
+            superblock += f", so {', '.join(hints.shared_with)}, sharing this one, asked for it too"
+    if hints.pv_options is None:
+        return ("Probably from the PersistentVolume's spec.mountOptions (an old PV, provisioned from an older "
+                f"StorageClass version, or one edited by hand) or a CSI driver's default{superblock}.")
+    in_pv = [name for name in names if name in hints.pv_options or
+             (name == "hard" and any(member in hints.pv_options for member in ("soft", "softerr")))]
+    of_class = f" (StorageClass {hints.storage_class})" if hints.storage_class else ""
+    if in_pv:
+        return (f"The PersistentVolume's spec.mountOptions{of_class} carry it: an old PV, provisioned from an older "
+                "StorageClass version, or one edited by hand; roll the profile's options out to it "
+                "(spec.rollout.strategy: PatchBoundVolumes).")
+    return ("The PersistentVolume's spec.mountOptions do not ask for it: the CSI driver or its mount helper adds it "
+            f"(a CSI default){superblock}. Change the driver's defaults, or forbid the option in the profile "
+            "(spec.forbiddenOptions) to make the conflict explicit.")
+
+
+def _behaviour_effect(name: str, expected: OptionValue | None, actual: OptionValue | None,
+                      observed: Mapping[str, OptionValue]) -> str:
+    """What the undeclared value does, with its source."""
+    if name == "sync" and actual:
+        return (f"Every write() waits for the server: a round trip per write (nfs(5)), each {EFS_METERING}; "
+                "sync is one of the three flags behind the 8-hour import (the incident), and it does "
+                "not make other clients see the writes any sooner (kernel lab).")
+    if name in ATTRIBUTE_CACHE_TIMES and isinstance(actual, int) and isinstance(expected, int):
+        if actual < expected:
+            return (f"{name}={actual} revalidates attributes sooner than the contract implies: more GETATTR round "
+                    f"trips, each {EFS_METERING} (kernel lab: 5 RPCs per stat() two directories "
+                    "down with actimeo=0 and lookupcache=none).")
+        return (f"{name}={actual}: another client's change can stay invisible to stat() for up to {actual} s "
+                "(nfs(5); kernel lab).")
+    if name == "lookupcache" and actual == "none":
+        return ("Every path component of every stat() and open() is a LOOKUP round trip (kernel lab: 5 RPCs per "
+                "stat() two directories down with actimeo=0).")
+    if name == "lookupcache" and actual == "all":
+        return ("A name this client looked up and did not find stays missing after another client creates it, until "
+                "the directory's attributes expire (kernel lab).")
+    if name == "lock" and actual is False and observed.get("ro"):
+        return "Locks stay local to this client; on a read-only volume nobody writes, so no SQLite hazard."
+    if name == "hard":
+        return ("soft turns a server that does not answer for retrans x timeo into I/O errors that applications "
+                "rarely handle: writes can be lost silently (nfs(5)).")
+    spec = BY_NAME.get(name)
+    return spec.consequence if spec and spec.consequence else ""
+
+
+_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.ERROR: 2}
+
+
+def _ac_times_as_one(differences: list[tuple[str, OptionValue, OptionValue]]) -> tuple[str, str, str, str] | None:
+    """The attribute-cache times that moved together, as a user would write them: (option, expected, actual, effect)."""
+    times = [d for d in differences if d[0] in ATTRIBUTE_CACHE_TIMES]
+    if len(times) < 2:
+        return None
+    values = {actual for _, _, actual in times}
+    synchronous = any(name == "sync" and actual for name, _, actual in differences)
+    expected = ",".join(format_canonical(name, value) for name, value, _ in times)
+    if len(times) == 4 and values == {0} and synchronous:
+        return ("noac", expected + ",async", "noac (actimeo=0 plus sync)",
+                f"Every stat() is a GETATTR round trip and every write() waits for the server (nfs(5)), each "
+                f"{EFS_METERING}: noac is two of the three flags behind the 8-hour import (the incident).")
+    if len(times) == 4 and len(values) == 1:
+        value = times[0][2]
+        option = f"actimeo={value}"
+    else:
+        option = ",".join(format_canonical(name, actual) for name, _, actual in times)
+        value = max(actual for _, _, actual in times if isinstance(actual, int))
+    directories_only = all(name.startswith("acdir") for name, _, _ in times)
+    if value == 0 and directories_only:
+        effect = ("Directory attributes are never cached: each path component of every stat() and open() is "
+                  f"revalidated, a round trip each, {EFS_METERING}; kernel lab.")
+    elif value == 0:
+        effect = (f"Attributes are never cached: every stat() is a GETATTR round trip (kernel lab), each "
+                  f"{EFS_METERING}.")
+    else:
+        effect = (f"Another client's change can stay invisible to stat() for up to {value} s, and a name this client "
+                  "failed to find can stay missing as long (nfs(5); kernel lab).")
+    return option, expected, option, effect
+
+
+def compare_undeclared(declared: Mapping[str, OptionValue], observed: Mapping[str, OptionValue],
+                       hints: OriginHints | None = None) -> list[Finding]:
+    """One finding per behaviour option the contract does not name whose effective value is not the kernel default.
+
+    ``declared`` options are compared by :func:`compare`; here only those it leaves out. The four
+    attribute-cache times that moved together are one finding (actimeo=N, or noac with sync).
+    """
+    hints = hints or OriginHints()
+    differences: list[tuple[str, OptionValue, OptionValue]] = []
+    for name in BEHAVIOUR_OPTIONS:
+        members = exclusive_group(name)
+        named = any(member in declared for member in members) if members else name in declared
+        if named or (name in ATTRIBUTE_CACHE_TIMES and "actimeo" in declared):
+            continue
+        if members is not None:
+            expected = next((m for m in members if declared.get(m)), members[0])
+            actual = next((m for m in members if observed.get(m)), members[0])
+        else:
+            expected, actual = effective_value(declared, name), effective_value(observed, name)
+        if actual is not None and actual != expected:
+            differences.append((name, expected, actual))
+    findings: list[Finding] = []
+    grouped = _ac_times_as_one(differences)
+    if grouped is not None:
+        option, expected_text, shown, effect = grouped
+        names = [name for name, _, _ in differences if name in ATTRIBUTE_CACHE_TIMES]
+        if option == "noac":
+            names.append("sync")
+        differences = [d for d in differences if d[0] not in names]
+        findings.append(_undeclared(option, expected_text, shown, expected_text, effect, names, Severity.ERROR, hints))
+    for name, expected, actual in differences:
+        members = exclusive_group(name)
+        severity = _severity(name)
+        if name == "lock" and observed.get("ro"):
+            severity = Severity.INFO  # nolock on a volume nobody writes endangers no database
+        shown = str(actual) if members is not None else _shown(name, actual)
+        implied = str(expected) if members is not None else _shown(name, expected)
+        findings.append(_undeclared(shown if members is not None else name, expected, actual, implied,
+                                    _behaviour_effect(name, expected, actual, observed), [name], severity, hints,
+                                    shown=shown))
+    return findings
+
+
+def _undeclared(option: str, expected: OptionValue, actual: OptionValue, implied: str, effect: str,
+                names: list[str], severity: Severity, hints: OriginHints, *, shown: str | None = None) -> Finding:
+    message = (f"{shown or actual} is in effect but the contract does not declare it (its preset and the kernel "
+               f"default imply {implied}). {effect} {probable_origin(names, hints)}")
+    return Finding(option, expected, actual, severity, " ".join(message.split()), undeclared=True)
+
+
 def check(
     declared: Mapping[str, OptionValue],
     observed: Mapping[str, OptionValue],
     *,
     required: Iterable[str] = (),
     forbidden: Iterable[str] = (),
+    origin: OriginHints | None = None,
 ) -> CheckResult:
-    """The whole comparison: declared options, required options and forbidden options."""
-    findings = compare(declared, observed) + check_required(required, observed) + check_forbidden(forbidden, observed)
+    """The whole comparison: declared options, behaviour options nobody declared, required and forbidden options."""
+    findings = (compare(declared, observed) + compare_undeclared(declared, observed, origin)
+                + check_required(required, observed) + check_forbidden(forbidden, observed))
     return CheckResult(tuple(findings))

@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from mountwarden.core.mountactivity import Thresholds
 from mountwarden.core.nodereport import NodeReport, SqliteUse
 from mountwarden.core.options import Severity
 from mountwarden.core.optiontable import OptionValue
-from mountwarden.core.volumecheck import VolumeFinding, VolumeFindingReason, check_volume
+from mountwarden.core.volumecheck import HEALTH_REASONS, VolumeFinding, VolumeFindingReason, check_volume
 
 #: How many offenders the condition message and status name.
 WORST_OFFENDERS = 5
@@ -56,6 +57,9 @@ class Consumer:
     pod_name: str
     node: str | None
     volume_name: str  # the PV name: the kubelet's directory for CSI and in-tree NFS volumes
+    #: The PV's spec.mountOptions and class, to say where an option nobody declared came from (None: unknown).
+    pv_mount_options: tuple[str, ...] | None = None
+    storage_class: str | None = None
 
     @property
     def pod(self) -> str:
@@ -70,6 +74,10 @@ class Contract:
     required: Sequence[str] = ()
     forbidden: Sequence[str] = ()
     sqlite: str = "warn"  # forbid | warn | allow
+    #: When a volume's throughput, transport or processes are a finding (spec.throughput).
+    thresholds: Thresholds = Thresholds()
+    #: spec.backend.kind, resolved: efs, nfs or nfsv3-gateway.
+    kind: str = "nfs"
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,11 +127,14 @@ def assess(
         return Verdict(consumer, VolumeState.UNKNOWN, VerdictReason.NOT_MOUNTED,
                        f"{consumer.pod} has no mount of {consumer.volume_name} in the report of {consumer.node} "
                        "(not mounted yet, or not a network filesystem)")
-    check = check_volume(observed, contract.options, required=contract.required, forbidden=contract.forbidden)
+    check = check_volume(observed, contract.options, required=contract.required, forbidden=contract.forbidden,
+                         pv_mount_options=consumer.pv_mount_options, storage_class=consumer.storage_class,
+                         thresholds=contract.thresholds, kernel_release=report.kernel_release)
     sqlite = tuple(use for use in report.sqlite
                    if use.pod_uid == consumer.pod_uid and use.volume_name == consumer.volume_name)
     counted_sqlite = sqlite if contract.sqlite != "allow" else ()
-    problems = [f for f in check.findings if f.severity is not Severity.INFO]
+    # How a mount is doing (throughput, transport, stuck processes) is reported, never counted as drift.
+    problems = [f for f in check.findings if f.severity is not Severity.INFO and f.reason not in HEALTH_REASONS]
     if not problems and not (counted_sqlite and contract.sqlite == "forbid"):
         message = f"{consumer.pod} mounts {consumer.volume_name} as declared"
         if counted_sqlite:

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from mountwarden.core.mountactivity import Activity, ProcessSamples
+
 
 class UnreadableReport(ValueError):
     """The report lacks a field the operator needs (the CRD schema requires them: a report written by hand)."""
@@ -41,6 +43,12 @@ class ReportedMount:
     #: Seconds since the mount was made, for rates of the counters below (who drains a file system).
     age_seconds: int | None = None
     operations: Mapping[str, OperationCounters] = field(default_factory=dict)
+    #: Throughput and transport health over the agent's window; None when the agent had no statistics.
+    activity: Activity | None = None
+    #: How often the pod's processes using the volume slept uninterruptibly.
+    processes: ProcessSamples | None = None
+    #: Whether the server answered the agent's probe (None: not probed).
+    server_responding: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +78,28 @@ def _operations(reported: Any) -> dict[str, OperationCounters]:
     return operations
 
 
+def _activity(reported: Any) -> Activity | None:
+    if not isinstance(reported, Mapping):
+        return None
+    fields = {name: reported.get(_camel(name)) for name in Activity.__dataclass_fields__}
+    optional = {"avg_queue_ms", "avg_rtt_ms", "avg_execute_ms"}
+    if any(value is None for name, value in fields.items() if name not in optional):
+        return None
+    return Activity(**fields)
+
+
+def _processes(reported: Any) -> ProcessSamples | None:
+    if not isinstance(reported, Mapping):
+        return None
+    counts = [_count(reported.get(name)) for name in ("samples", "uninterruptible", "processes")]
+    return ProcessSamples(*counts) if all(count is not None for count in counts) else None
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
 def _time(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
@@ -80,6 +110,8 @@ class NodeReport:
     scan_time: datetime
     mounts: tuple[ReportedMount, ...]
     sqlite: tuple[SqliteUse, ...] = ()
+    #: The node's kernel release (what its NFS client can do: nconnect since 5.3); None from older agents.
+    kernel_release: str | None = None
     _by_pod_volume: dict[tuple[str | None, str], ReportedMount] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -106,6 +138,9 @@ class NodeReport:
                     server_mounts=int(m.get("serverMounts", 1)),
                     age_seconds=_count(m.get("ageSeconds")),
                     operations=_operations(m.get("operations")),
+                    activity=_activity(m.get("activity")),
+                    processes=_processes(m.get("processes")),
+                    server_responding=m.get("serverResponding"),
                 )
                 for m in spec.get("volumes") or []
             )
@@ -117,7 +152,8 @@ class NodeReport:
             scan_time = _time(spec["scanTime"])
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise UnreadableReport(f"NodeMountReport {name}: {error!r}") from error
-        return NodeReport(node=name, scan_time=scan_time, mounts=mounts, sqlite=sqlite)
+        return NodeReport(node=name, scan_time=scan_time, mounts=mounts, sqlite=sqlite,
+                          kernel_release=spec.get("kernelRelease"))
 
     def mount_of(self, pod_uid: str, names: Iterable[str]) -> ReportedMount | None:
         """The pod's mount of a volume known by any of ``names`` (the PV name, the pod's name for it)."""

@@ -18,7 +18,8 @@ Two kernel facts shape the result, both measured in the kernel lab (tests/kernel
   the options it compares are equal (ro, sync, rsize/wsize, the ac* times,
   lookupcache, cto, hard/soft, rdirplus...), and does not compare timeo, retrans,
   resvport or nconnect: a later mount that differs only in those silently runs
-  with the first mount's values. ``nosharecache`` opts out.
+  with the first mount's values. ``nosharecache`` opts out, at a cost nfs(5) calls a
+  data risk: cached copies of one file on one client can get out of sync.
 - Mounts to the same server share one NFS client, and ``nconnect`` is fixed by
   the first of them (fs/nfs/client.c, nfs_match_client: version, transport,
   address and port, TLS policy); a later mount's nconnect is ignored.

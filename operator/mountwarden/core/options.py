@@ -359,12 +359,17 @@ def kernel_io_size(asked: int, server_max: int | None = None) -> int:
     return size
 
 
+#: Options a later mount silently takes from a superblock it shares (kernel lab,
+#: tests/kernel/test_superblocks.py: the kernel does not compare them when it looks for a superblock
+#: to share); a mount differing in any behaviour option gets its own.
+INHERITED_THROUGH_SUPERBLOCK: tuple[str, ...] = ("timeo", "retrans", "resvport", "nconnect")
+
 #: What the kernel does not compare when it gives a later mount of the same export, through the same
-#: client, the existing superblock (kernel lab, tests/kernel/test_superblocks.py): transport settings
-#: the first mount fixed (a later mount silently runs with them), options NFSv4 ignores, and per-mount
+#: client, the existing superblock (kernel lab): the transport settings above, options NFSv4 ignores
+#: (lock, local_lock: on NFSv3 a difference in them does give a superblock of its own), and per-mount
 #: VFS flags (each mount keeps its own).
 NOT_COMPARED_FOR_SUPERBLOCK = frozenset({
-    "timeo", "retrans", "resvport", "nconnect", "max_connect", "lock", "local_lock",
+    *INHERITED_THROUGH_SUPERBLOCK, "max_connect", "lock", "local_lock",
     "suid", "dev", "exec", "relatime", "noatime", "strictatime", "nodiratime", "lazytime",
 })
 

@@ -100,9 +100,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
     _spec("port", Kind.NUMBER, NFS, IDENTITY, "Server port for NFS (0: ask rpcbind; EFS over TLS shows the local stunnel port).",
           minimum=0, maximum=65535),
     _spec("nconnect", Kind.NUMBER, NFS, PERFORMANCE, "TCP connections to the server for this client.",
-          "Spreads load past the ~5 Gbit/s cap of one flow on EC2; fixed per client: a later mount of the same "
-          "server (same version, transport and address) shares the first mount's connections and its own "
-          "value is ignored (kernel lab).",
+          "Spreads load past the 5 Gbit/s cap of one flow between EC2 instances outside a cluster placement "
+          "group (EC2 User Guide, 'Amazon EC2 instance network bandwidth'): size it as ceil(min(instance "
+          "bandwidth, file-system limit) / 5 Gbit/s) + 1. Fixed per client: a later mount of the same server "
+          "(same version, transport and address) shares the first mount's connections and its own value is "
+          "ignored (kernel lab). Linux 5.3 or later (nfs(5)).",
           minimum=1, maximum=16, default=1),
     _spec("max_connect", Kind.NUMBER, NFS, PERFORMANCE, "Upper bound on transports added by session trunking.",
           minimum=1, maximum=16, default=1),

@@ -19,7 +19,7 @@ from mountwarden.core.options import (
     normalize,
 )
 from mountwarden.core.optiontable import BY_NAME, OptionValue, exclusive_group
-from mountwarden.core.presets import EFS_BASELINE, PRESETS, CachePolicy, is_efs
+from mountwarden.core.presets import EFS_BASELINE, current_names, is_efs, preset_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +55,14 @@ def _located(field: str, normalized: NormalizedOptions) -> tuple[list[SpecProble
     return errors, warnings
 
 
+EFS, NFS, NFSV3_GATEWAY = "efs", "nfs", "nfsv3-gateway"
+
+
+def backend_kind(provisioner: str, kind: str | None = None) -> str:
+    """What serves the volumes: as declared, else efs for the EFS CSI driver and nfs for anything else."""
+    return str(kind) if kind else (EFS if is_efs(provisioner) else NFS)
+
+
 def resolve_policy(
     *,
     provisioner: str,
@@ -62,19 +70,30 @@ def resolve_policy(
     mount_options: Sequence[str] = (),
     required_options: Sequence[str] = (),
     forbidden_options: Sequence[str] = (),
+    kind: str | None = None,
+    sqlite: str = "warn",
 ) -> ResolvedPolicy:
+    """The effective options of a profile, and what is wrong with them, located by field.
+
+    ``kind`` is spec.backend.kind (efs, nfs, nfsv3-gateway; None: from the provisioner) and ``sqlite``
+    spec.sqlite: an NFSv3-only gateway is checked for what it needs, and for locks that stay on a node.
+    """
     errors: list[SpecProblem] = []
     warnings: list[SpecProblem] = []
     layers: list[dict[str, OptionValue]] = []
-    if is_efs(provisioner):
+    kind = backend_kind(provisioner, kind)
+    if kind == EFS:
         layers.append(normalize(EFS_BASELINE).options)
     if cache_policy is not None:
-        preset = PRESETS.get(CachePolicy(cache_policy)) if cache_policy in CachePolicy._value2member_map_ else None
-        if preset is None:
+        found = preset_of(cache_policy)
+        if found is None:
             errors.append(SpecProblem("spec.cachePolicy", f"unknown cache policy '{cache_policy}': use one of "
-                                                          f"{', '.join(p.value for p in CachePolicy)}."))
+                                                          f"{', '.join(current_names())}."))
         else:
+            preset, deprecation = found
             layers.append(normalize(preset.options).options)
+            if deprecation is not None:
+                warnings.append(SpecProblem("spec.cachePolicy", deprecation.warning(), Severity.WARNING))
     for index, entry in enumerate(mount_options):
         normalized = normalize(entry)
         located_errors, located_warnings = _located(f"spec.mountOptions[{index}]", normalized)
@@ -110,7 +129,40 @@ def resolve_policy(
         errors.append(SpecProblem(f"spec.forbiddenOptions[{index}]",
                                   f"'{token}' is forbidden, but the effective options set {held}: change the preset "
                                   "or spec.mountOptions, or lift the ban."))
+    if kind == NFSV3_GATEWAY:
+        gateway_errors, gateway_warnings = _check_gateway(effective, sqlite)
+        errors += gateway_errors
+        warnings += gateway_warnings
     return ResolvedPolicy(effective, tuple(errors), tuple(warnings))
+
+
+def _check_gateway(options: dict[str, OptionValue], sqlite: str) -> tuple[list[SpecProblem], list[SpecProblem]]:
+    """An NFSv3-only gateway without rpcbind: every port named, and locks that stay on the node said plainly."""
+    errors, warnings = [], []
+    field = "spec.mountOptions"
+    version = effective_value(options, "vers")
+    if version != "3":
+        errors.append(SpecProblem(field, f"an nfsv3-gateway serves NFSv3 only, but the options ask for "
+                                         f"{'vers=' + str(version) if version else 'no version (the client tries v4 first)'}: "
+                                         "add vers=3."))
+    missing = [name for name in ("port", "mountport") if name not in options]
+    if missing:
+        errors.append(SpecProblem(field, f"an nfsv3-gateway runs no rpcbind, so the client cannot look up its "
+                                         f"ports: add {' and '.join(f'{name}=<port>' for name in missing)} "
+                                         "(the gateway's NFS and MOUNT ports, often 2049 and 20048)."))
+    read_only = bool(effective_value(options, "ro"))
+    if effective_value(options, "lock") is not False:
+        warnings.append(SpecProblem(field, "an nfsv3-gateway runs no rpcbind, and NFSv3 locking needs it (the "
+                                           "lock manager and statd are found through rpcbind): in the kernel lab a "
+                                           "v3 mount without nolock did not come up with rpcbind gone. Add nolock"
+                                           + ("." if read_only else
+                                              ", and keep SQLite off the volume (sqlite: forbid).")))
+    elif not read_only and sqlite != "forbid":
+        warnings.append(SpecProblem(field, "nolock keeps locks on each node: two nodes can write one SQLite database "
+                                           "at once and corrupt it (kernel lab: a second NFSv3 client with nolock is "
+                                           "granted the same lock). Mount read-only (ro), where nolock is no hazard, "
+                                           "or set spec.sqlite: forbid."))
+    return errors, warnings
 
 
 def _describe(effective: dict[str, OptionValue], name: str) -> str:

@@ -64,17 +64,49 @@ SIDE_FILE_SUFFIXES = ("-shm", "-wal", "-journal")
 
 DEFAULT_NETWORK_FSTYPES = frozenset({"nfs", "nfs4"})
 
-REMEDY = (
+_KEEP_LOCAL = (
     "Keep SQLite on storage local to the pod: an emptyDir (or a local PersistentVolume) for a cache, "
     "scratch or per-pod data; a database server (PostgreSQL, MySQL) if several pods must share the data. "
     "Move the file with sqlite3 src.db \".backup dst.db\" or VACUUM INTO 'dst.db', which copy a "
     "consistent snapshot; never cp a live database, which copies a torn file and leaves the -wal behind."
 )
-#: REMEDY, then a stopgap: the WAL remedy starts with the general one.
-WAL_REMEDY = (
-    REMEDY + " Until it moves, PRAGMA journal_mode=DELETE stops WAL's shared memory from being shared "
+_WAL_STOPGAP = (
+    " Until it moves, PRAGMA journal_mode=DELETE stops WAL's shared memory from being shared "
     "through the network filesystem (slower, but no stale index)."
 )
+#: The local alternative, ready to apply: without a sizeLimit and an ephemeral-storage request the
+#: node's disk is the limit, and the kubelet evicts the pod only once the disk is under pressure.
+LOCAL_VOLUME_YAML = """\
+# In the pod template: mount a local volume where the database lives now, instead of the NFS volume.
+spec:
+  containers:
+  - name: app                       # the container that opens the database
+    volumeMounts:
+    - name: sqlite-data
+      mountPath: /var/lib/app       # the database's directory
+    resources:
+      requests:
+        ephemeral-storage: 10Gi     # the scheduler places the pod where the disk has room for it
+      limits:
+        ephemeral-storage: 12Gi
+  volumes:
+  - name: sqlite-data
+    emptyDir:
+      sizeLimit: 10Gi               # twice the database at least: VACUUM and the journal copy it
+# Or a generic ephemeral volume, on a block-storage class (gp3, local-path), that lives as long as the pod:
+#  volumes:
+#  - name: sqlite-data
+#    ephemeral:
+#      volumeClaimTemplate:
+#        spec:
+#          accessModes: [ReadWriteOnce]
+#          storageClassName: gp3
+#          resources: {requests: {storage: 10Gi}}
+"""
+_AS_YAML = " The local alternative, for the workload's pod template:\n" + LOCAL_VOLUME_YAML
+REMEDY = _KEEP_LOCAL + _AS_YAML
+#: The general remedy, then a stopgap for WAL mode (it starts with the general one).
+WAL_REMEDY = REMEDY + _WAL_STOPGAP.strip()
 
 
 class Severity(StrEnum):

@@ -1,9 +1,10 @@
 """One pod volume, as a node has it mounted, against the contract its profile declares.
 
 What the agent's `--check` and the operator's compliance share: each option that
-differs, and the two kernel facts behind findings that no option comparison
-shows (see mountwarden.core.nodescan): a superblock shared with a mount of other
-options, and an nconnect that the server's first mount fixed.
+differs or that nobody declared, the kernel facts behind findings that no option
+comparison shows (see mountwarden.core.nodescan): a superblock shared with a mount
+of other options, an nconnect that the server's first mount (or the kernel) fixed,
+and how the mount is doing (mountwarden.core.mountactivity).
 """
 
 from collections.abc import Iterable, Mapping, Sequence
@@ -11,13 +12,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
-from mountwarden.core.compare import Finding, check
+from mountwarden.core.compare import Finding, OriginHints, check
 from mountwarden.core.kubelet import KubeletPlugin, parse_volume_path
-from mountwarden.core.options import (
-    Severity,
-    format_canonical,
-    normalize,
-)
+from mountwarden.core.mountactivity import ProcessSamples, Thresholds, judge, nconnect_has_effect
+from mountwarden.core.options import INHERITED_THROUGH_SUPERBLOCK, Severity, format_canonical, normalize
 from mountwarden.core.optiontable import OptionValue
 
 
@@ -48,8 +46,17 @@ class VolumeObservation(Protocol):
 
 class VolumeFindingReason(StrEnum):
     OPTION_MISMATCH = "OptionMismatch"  # an option in effect differs from the contract
+    UNDECLARED_OPTION = "UndeclaredOption"  # an option nobody declared changes what the mount does
     SUPERBLOCK_SHARED = "SuperblockShared"  # ... and another mount shares the superblock
-    NCONNECT_IGNORED = "NconnectIgnored"  # the server's first mount fixed the connection count
+    NCONNECT_IGNORED = "NconnectIgnored"  # the server's first mount fixed the connection count (or the kernel)
+    THROUGHPUT_PLATEAU = "ThroughputPlateau"  # one connection near the per-flow cap, requests queueing
+    TRANSPORT_UNHEALTHY = "TransportUnhealthy"  # retransmissions, major timeouts, reconnects
+    STUCK_ON_NFS = "StuckOnNFS"  # the pod's processes in uninterruptible sleep in most samples
+
+
+#: Findings about how a mount is doing, not about its options: they never make a volume drifted.
+HEALTH_REASONS = frozenset({VolumeFindingReason.THROUGHPUT_PLATEAU, VolumeFindingReason.TRANSPORT_UNHEALTHY,
+                            VolumeFindingReason.STUCK_ON_NFS})
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,28 +111,62 @@ def check_volume(
     *,
     required: Iterable[str] = (),
     forbidden: Iterable[str] = (),
+    pv_mount_options: Sequence[str] | None = None,
+    storage_class: str | None = None,
+    thresholds: Thresholds | None = None,
+    kernel_release: str | None = None,
 ) -> VolumeCheck:
     """Findings for one volume against its contract: options first, then why they may differ.
 
-    ``declared`` is a canonical option dict (a ResolvedPolicy's ``options``).
+    ``declared`` is a canonical option dict (a ResolvedPolicy's ``options``); ``pv_mount_options``, the
+    PV's spec.mountOptions when known, tells where an option nobody declared probably came from.
     """
     observed = normalize(list(volume.effective_options), observed=True).options
-    option_findings = check(declared, observed, required=required, forbidden=forbidden).findings
+    origin = OriginHints(
+        pv_options=normalize(list(pv_mount_options), observed=True).options if pv_mount_options is not None else None,
+        storage_class=storage_class, shared_with=tuple(volume.shared_with))
+    option_findings = check(declared, observed, required=required, forbidden=forbidden, origin=origin).findings
     findings = [_option_finding(finding) for finding in option_findings]
-    drift = [finding for finding in option_findings if finding.severity is not Severity.INFO]
+    # A shared superblock explains only the options the kernel does not compare when it shares one
+    # (kernel lab); any other difference gives a mount a superblock of its own, so the mounts sharing
+    # this one asked for the same: the PV or the driver, not the superblock, is to blame.
+    drift = [finding for finding in option_findings
+             if finding.severity is not Severity.INFO and finding.option in INHERITED_THROUGH_SUPERBLOCK]
     if drift and volume.shared_with:
         findings.append(_superblock_shared(volume, drift))
-    if (nconnect := _nconnect_ignored(volume, declared)) is not None:
+    if (nconnect := _nconnect_ignored(volume, declared, kernel_release)) is not None:
         findings.append(nconnect)
+    if thresholds is not None:
+        findings += _activity_findings(volume, thresholds, kernel_release)
     return VolumeCheck(tuple(findings))
 
 
+def _activity_findings(volume: VolumeObservation, thresholds: Thresholds,
+                       kernel_release: str | None) -> list[VolumeFinding]:
+    """Throughput, transport and stuck-process findings from what the agent sampled (a report's mount)."""
+    states: ProcessSamples | None = getattr(volume, "processes", None)
+    samples = [(f"pod {getattr(volume, 'pod_uid', None) or '(staging)'}", states)] if states else []
+    found = judge(getattr(volume, "activity", None), samples, thresholds, kernel_release=kernel_release,
+                  server_responding=getattr(volume, "server_responding", None))
+    return [VolumeFinding(VolumeFindingReason(f.reason), f.severity, f.message, f.remedy) for f in found]
+
+
+_UNDECLARED_REMEDY = (
+    "Remove the option where it comes from (the message says where it most probably does), or declare it in the "
+    "profile if it is wanted; then restart the pod so that the kubelet mounts the volume again."
+)
+
+
 def _option_finding(finding: Finding) -> VolumeFinding:
+    if finding.undeclared:
+        reason, remedy = VolumeFindingReason.UNDECLARED_OPTION, _UNDECLARED_REMEDY
+    else:
+        reason, remedy = VolumeFindingReason.OPTION_MISMATCH, _REMOUNT
     return VolumeFinding(
-        reason=VolumeFindingReason.OPTION_MISMATCH,
+        reason=reason,
         severity=finding.severity,
         message=finding.message,
-        remedy="" if finding.severity is Severity.INFO else _REMOUNT,
+        remedy="" if finding.severity is Severity.INFO else remedy,
         option=finding.option,
         expected=finding.expected,
         actual=finding.actual,
@@ -172,9 +213,20 @@ def _superblock_shared(volume: VolumeObservation, drift: list[Finding]) -> Volum
     )
 
 
-def _nconnect_ignored(volume: VolumeObservation, declared: Mapping[str, OptionValue]) -> VolumeFinding | None:
+def _nconnect_ignored(volume: VolumeObservation, declared: Mapping[str, OptionValue],
+                      kernel_release: str | None = None) -> VolumeFinding | None:
     wanted = declared.get("nconnect")
     connections = volume.connections
+    if isinstance(wanted, int) and wanted > 1 and nconnect_has_effect(kernel_release) is False and connections != wanted:
+        return VolumeFinding(
+            reason=VolumeFindingReason.NCONNECT_IGNORED,
+            severity=Severity.WARNING,
+            message=(f"nconnect={wanted} is declared but this node runs Linux {kernel_release}: nconnect arrived in "
+                     f"5.3 (nfs(5)), and the mount has {connections or 'one'} connection(s)."),
+            remedy="Upgrade the node's kernel (5.3 or later), or spread the load over mounts of different server "
+                   "addresses.",
+            option="nconnect", expected=wanted, actual=connections,
+        )
     if wanted is None or connections is None or connections == wanted or volume.server_mounts < 2:
         return None
     server = volume.server or "the server"

@@ -38,7 +38,7 @@ from mountwarden.api.storageprofile import StorageProfileSpec
 from mountwarden.core.admission import ProfileEntry
 from mountwarden.core.compliance import Contract
 from mountwarden.core.nodereport import NodeReport, UnreadableReport
-from mountwarden.core.policy import ResolvedPolicy
+from mountwarden.core.policy import ResolvedPolicy, backend_kind
 from mountwarden.core.storageclass import PROFILE_LABEL, ClassEntry
 from mountwarden.handlers.config import OperatorConfig, WebhookMode
 from mountwarden.handlers.credits import watched_file_system
@@ -68,14 +68,16 @@ def _valid(spec: kopf.Spec) -> tuple[StorageProfileSpec, ResolvedPolicy] | None:
     return (profile, policy) if policy.valid else None
 
 
-async def contracts(name: str, spec: kopf.Spec, **_) -> dict:
+async def contracts(name: str, spec: kopf.Spec, status: kopf.Status, **_) -> dict:
     """Each valid profile's resolved contract."""
     valid = _valid(spec)
     if valid is None:
         return {}
     profile, policy = valid
+    throughput_mode = (status.get("credits") or {}).get("throughputMode")
     return {name: Contract(policy.options, tuple(profile.required_options), tuple(profile.forbidden_options),
-                           str(profile.sqlite))}
+                           str(profile.sqlite), profile.thresholds(throughput_mode),
+                           backend_kind(profile.backend.provisioner, profile.backend.kind))}
 
 
 def profile_entry(name: str, spec: StorageProfileSpec, status) -> ProfileEntry:
@@ -93,6 +95,7 @@ def profile_entry(name: str, spec: StorageProfileSpec, status) -> ProfileEntry:
         file_system_id=file_system_id,
         throughput_mode=(status.get("credits") or {}).get("throughputMode"),
         storage_class_name=status.get("storageClassName"),
+        effective_options=spec.resolve().options,
     )
 
 
@@ -142,7 +145,8 @@ async def claims_by_volume(name: str, spec: kopf.Spec, **_) -> dict:
     claim = spec.get("claimRef") or {}
     if not claim.get("name"):
         return {}
-    return {name: {"claim": (claim.get("namespace"), claim["name"]), "storageClass": spec.get("storageClassName")}}
+    return {name: {"claim": (claim.get("namespace"), claim["name"]), "storageClass": spec.get("storageClassName"),
+                   "mountOptions": tuple(spec.get("mountOptions") or ())}}
 
 
 async def unbound_claims_by_class(name: str, namespace: str, spec: kopf.Spec, status: kopf.Status, **_) -> dict:

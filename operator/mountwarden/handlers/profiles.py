@@ -104,11 +104,14 @@ def reconcile_profile(
         message += "; superseded versions kept by volumes: " + ", ".join(
             f"{record['storageClassName']} ({len(record['heldBy'])})" for record in kept
         )
+    if policy.warnings:
+        message += f"; {len(policy.warnings)} warning(s) in status.warnings, the first: {policy.warnings[0]}"
     memo.conditions.set(name, "Ready", "True", "Reconciled", message, generation, also={
         "storageClassName": plan.current_name,
         "version": plan.current_version,
         "optionsHash": plan.content_hash,
         "effectiveMountOptions": list(desired.mount_options),
+        "warnings": [str(warning) for warning in policy.warnings],
         "history": history,
         "observedGeneration": generation,
     })

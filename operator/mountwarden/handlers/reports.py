@@ -17,6 +17,8 @@ from mountwarden.core.compliance import Consumer, ProfileCompliance, VolumeState
 from mountwarden.core.conditions import find_condition
 from mountwarden.core.nodereport import NodeReport, UnreadableReport
 from mountwarden.core.policyreport import compliance_findings
+from mountwarden.core.serverload import mount_loads, server_load
+from mountwarden.core.volumecheck import HEALTH_REASONS
 from mountwarden.handlers import findings, metrics
 from mountwarden.handlers.config import OperatorConfig
 from mountwarden.handlers.errors import retry_transient
@@ -24,8 +26,8 @@ from mountwarden.handlers.indexes import one
 
 PROFILE = (GROUP, VERSION, PROFILES)
 
-_EVENT_REASONS = {"OptionMismatch": "MountPolicyDrift", "SuperblockShared": "SuperblockShared",
-                  "NconnectIgnored": "NconnectIgnored"}
+_EVENT_REASONS = {"OptionMismatch": "MountPolicyDrift", "UndeclaredOption": "MountPolicyDrift",
+                  "SuperblockShared": "SuperblockShared", "NconnectIgnored": "NconnectIgnored"}
 
 
 def consumers_of(profile: str, classes_by_profile: kopf.Index, volumes_by_class: kopf.Index,
@@ -36,7 +38,8 @@ def consumers_of(profile: str, classes_by_profile: kopf.Index, volumes_by_class:
         for volume_name in volumes_by_class.get(storage_class.name, []):
             volume = one(claims_by_volume, volume_name)
             for pod in pods_by_claim.get(volume["claim"], []) if volume else []:
-                consumers.append(Consumer(pod["uid"], pod["namespace"], pod["name"], pod["node"], volume_name))
+                consumers.append(Consumer(pod["uid"], pod["namespace"], pod["name"], pod["node"], volume_name,
+                                          volume.get("mountOptions"), volume.get("storageClass")))
     return consumers
 
 
@@ -64,6 +67,9 @@ def assess_compliance(
     previous = {k: v for k, v in (status.get("compliance") or {}).items() if k != "checkedAt"}
     if summary != previous:
         patch.status["compliance"] = {**summary, "checkedAt": now.strftime("%Y-%m-%dT%H:%M:%SZ")}
+    servers = server_load(mount_loads(consumers, reports), kind=contract.kind)
+    if servers != (status.get("servers") or []):
+        patch.status["servers"] = servers
     state, reason, message = compliance.condition()
     current = find_condition(status.get("conditions"), "Compliant")
     if not current or (current["status"], current["reason"], current["message"]) != (state, reason, message):
@@ -76,10 +82,11 @@ def announce_findings(
     name: str, spec: kopf.Spec, type: str, memo: kopf.Memo, contracts: kopf.Index, claims_by_volume: kopf.Index,
     classes_by_name: kopf.Index, pods_by_uid: kopf.Index, rollouts_under_way: kopf.Index, **_,
 ) -> None:
-    """Post a Warning Event on each pod whose mount drifted or that runs SQLite on NFS, once per finding.
+    """Post a Warning Event on each pod whose mount drifted, is stuck or struggling, or runs SQLite on NFS.
 
-    Option drift on a profile whose rollout is under way is expected (replicas wait their turn) and is
-    reported in status only; the rollout itself says what blocks it.
+    Each finding once. Option drift on a profile whose rollout is under way is expected (replicas wait
+    their turn) and is reported in status only; the rollout itself says what blocks it. How a mount is
+    doing (ThroughputPlateau, TransportUnhealthy, StuckOnNFS) is said whatever its options.
     """
     if type == "DELETED" or not spec:
         return
@@ -97,8 +104,13 @@ def announce_findings(
         contract = one(contracts, profile) if profile else None
         if pod is None or contract is None:
             continue
-        verdict = assess(Consumer(pod_uid, pod["namespace"], pod["name"], name, volume_name), contract,
+        verdict = assess(Consumer(pod_uid, pod["namespace"], pod["name"], name, volume_name,
+                                  volume.get("mountOptions"), volume.get("storageClass")), contract,
                          {name: report}, now=report.scan_time, stale_after=stale_after)
+        for finding in verdict.findings:
+            if finding.reason in HEALTH_REASONS:  # how the mount is doing: said whatever its options
+                _post_once(posted, pod_uid, pod, str(finding.reason),
+                           f"{volume_name} on {name} (StorageProfile {profile}): {finding.message} {finding.remedy}")
         if verdict.state is VolumeState.DRIFTED and profile not in rollouts_under_way:
             for finding in verdict.findings:
                 if finding.reason in _EVENT_REASONS and finding.severity != "info":

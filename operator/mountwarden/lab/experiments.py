@@ -112,6 +112,8 @@ SHARING_CASES: tuple[tuple[str, str], ...] = (
     ("rsize=65536", "rsize=1048576"),
     ("nordirplus", "rdirplus"),
     ("sharecache", "nosharecache"),
+    ("vers=3,nolock", "vers=3,lock"),
+    ("vers=3,local_lock=all", "vers=3,local_lock=none"),
 )
 
 
@@ -132,8 +134,9 @@ def measure_superblock_sharing(lab: Lab, cases: Sequence[tuple[str, str]] = SHAR
     outcomes = []
     for first, second in cases:
         client = lab.client()
-        a = lab.mount(f"vers=4.1,{first}", client)
-        b = lab.mount(f"vers=4.1,{second}", client)
+        version = "" if first.startswith("vers=") else "vers=4.1,"
+        a = lab.mount(f"{version}{first}", client)
+        b = lab.mount(f"{version}{second}", client)
         shared = lab.mountinfo_entry(a).major_minor == lab.mountinfo_entry(b).major_minor
         entry = lab.mountinfo_entry(b)
         per_mount = [name if value is None else f"{name}={value}" for name, value in entry.mount_option_tokens]
@@ -283,6 +286,17 @@ def measure_coherence(lab: Lab, options: str, seconds: float = COHERENCE_SECONDS
     return lab.workload("coherence", writer, stat_reader, open_reader, str(seconds), timeout=seconds + 120)
 
 
+def measure_negative_lookups(lab: Lab, options: str, seconds: float = COHERENCE_SECONDS) -> dict:
+    """How long a file another client creates stays invisible to readers whose earlier lookup failed.
+
+    A failed lookup can leave a negative entry in the reader's cache (lookupcache=all): the
+    name then stays "missing" until the directory's attributes expire (acdirmin..acdirmax).
+    """
+    writer = lab.mount(EFS_LIKE)
+    stat_reader, open_reader = lab.mount(options), lab.mount(options)
+    return lab.workload("negative", writer, stat_reader, open_reader, str(seconds), timeout=seconds + 120)
+
+
 def to_json(value) -> str:
     def default(item):
         return item.to_dict() if hasattr(item, "to_dict") else str(item)
@@ -301,20 +315,30 @@ def preset_mount_options(preset: str) -> str:
     return ",".join(resolve_policy(provisioner=EFS_PROVISIONER, cache_policy=preset).mount_options)
 
 
-def measure_presets(lab: Lab, presets: Iterable[str], *, seconds: float = COHERENCE_SECONDS,
+def former_preset_mount_options(preset: str) -> str:
+    """What a profile on EFS mounted with a deprecated preset before it was redefined."""
+    from mountwarden.core.policy import resolve_policy
+    from mountwarden.core.presets import DEPRECATED, EFS_PROVISIONER, CachePolicy
+
+    former = DEPRECATED[CachePolicy(preset)].former_options
+    return ",".join(resolve_policy(provisioner=EFS_PROVISIONER, cache_policy=None, mount_options=former).mount_options)
+
+
+def measure_presets(lab: Lab, presets: Mapping[str, str], *, seconds: float = COHERENCE_SECONDS,
                     progress=lambda _: None) -> dict[str, dict]:
+    """Cost, staleness and negative lookups of each named set of mount options."""
     measured = {}
-    for preset in presets:
-        options = preset_mount_options(preset)
-        progress(f"preset {preset}: cost and coherence")
+    for preset, options in presets.items():
+        progress(f"preset {preset}: cost, coherence and negative lookups")
         measured[preset] = {"options": options, "cost": measure_cost(lab, options),
-                            "coherence": measure_coherence(lab, options, seconds)}
+                            "coherence": measure_coherence(lab, options, seconds),
+                            "negative_lookups": measure_negative_lookups(lab, options, seconds)}
     return measured
 
 
 def measure_all(lab: Lab, *, progress=lambda _: None) -> dict:
     """Every experiment, as the facts file holds them."""
-    from mountwarden.core.presets import PRESETS
+    from mountwarden.core.presets import DEPRECATED, PRESETS
 
     progress("superblock sharing")
     sharing = measure_superblock_sharing(lab)
@@ -326,7 +350,9 @@ def measure_all(lab: Lab, *, progress=lambda _: None) -> dict:
     printed = measure_printed_options(lab, {name: preset_mount_options(name) for name in PRESETS})
     progress("locks")
     locking = measure_locking(lab)
-    presets = measure_presets(lab, [str(name) for name in PRESETS], progress=progress)
+    presets = measure_presets(lab, {str(name): preset_mount_options(name) for name in PRESETS}, progress=progress)
+    former = measure_presets(lab, {str(name): former_preset_mount_options(name) for name in DEPRECATED},
+                             progress=progress)
     return json.loads(to_json({
         "kernel": lab.vm.kernel_release,
         "server": {"max_block_size": io_sizes[0].server_max if io_sizes else None, "delegations": False},
@@ -337,4 +363,5 @@ def measure_all(lab: Lab, *, progress=lambda _: None) -> dict:
         "printed_options": printed,
         "locking": locking,
         "presets": presets,
+        "former_presets": former,
     }))

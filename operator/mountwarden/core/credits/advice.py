@@ -21,7 +21,7 @@ Prices and metering rules: :mod:`.pricing`.
 import bisect
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from mountwarden.core.credits.bucket import CreditBucket, ThroughputMode
@@ -257,3 +257,27 @@ def _nearest(samples: Sequence[Sample], at: datetime, tolerance_seconds: int) ->
 
 def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
+
+
+MAX_IO = "maxIO"
+
+
+def for_performance_mode(recommendation: Recommendation, performance_mode: str | None) -> Recommendation:
+    """Elastic advice for a Max I/O file system: Elastic cannot serve it, and its mode cannot change.
+
+    "Max I/O mode is not supported for ... file systems that use Elastic throughput" (EFS User Guide,
+    "Performance modes"); "The performance mode can't be changed after the file system has been
+    created" (EFS API Reference, CreateFileSystem).
+    """
+    if performance_mode != MAX_IO or recommendation.mode is not ThroughputMode.ELASTIC:
+        return recommendation
+    why = ("; but this file system is in Max I/O performance mode, which Elastic throughput does not support "
+           "(EFS User Guide, 'Performance modes'), and a performance mode cannot be changed after creation (EFS API "
+           "Reference, CreateFileSystem)")
+    if recommendation.provisioned_mibps is not None:
+        return replace(recommendation, mode=ThroughputMode.PROVISIONED, reason=(
+            f"{recommendation.reason}{why}: provision about {recommendation.provisioned_mibps} MiB/s here, or move "
+            f"the data (DataSync) to a new General Purpose file system in Elastic mode; {LOCK_IN_NOTE}"))
+    return replace(recommendation, reason=(
+        f"{recommendation.reason}{why}: move the data (DataSync) to a new General Purpose file system in Elastic "
+        "mode, which also has lower per-operation latency (AWS recommends General Purpose for every file system)"))

@@ -40,7 +40,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from mountwarden.core.credits.advice import Recommendation, demand, recommend_throughput_mode
+from mountwarden.core.credits.advice import (
+    Recommendation,
+    demand,
+    for_performance_mode,
+    recommend_throughput_mode,
+)
 from mountwarden.core.credits.bucket import READ_METERING_FACTOR, CreditBucket, OpsBudget, ThroughputMode
 from mountwarden.core.credits.daily import (
     DAY,
@@ -106,6 +111,8 @@ class Forecast:
     elastic: ElasticUsage | None = None
     #: Seconds of history the forecast had (from its oldest sample to "now").
     history_seconds: float | None = None
+    #: generalPurpose or maxIO (DescribeFileSystems); None when unknown.
+    performance_mode: str | None = None
 
     @property
     def headroom_bytes_per_second(self) -> float | None:
@@ -128,6 +135,7 @@ class Forecast:
         return {
             "file_system_id": self.file_system_id,
             "throughput_mode": self.throughput_mode.value if self.throughput_mode else None,
+            "performance_mode": self.performance_mode,
             "size_gib": self.size_gib,
             "balance_bytes": self.balance_bytes,
             "slope_bytes_per_second": self.slope_bytes_per_second,
@@ -207,7 +215,7 @@ def forecast_credits(
         metered_bytes_per_second=metered,
         metadata_share=_metadata_share(series.throughput_mode, samples),
         ops_budget_per_second=OpsBudget.for_throughput(permitted) if permitted is not None else None,
-        recommendation=recommend_throughput_mode(
+        recommendation=for_performance_mode(recommend_throughput_mode(
             series.throughput_mode,
             state,
             bucket,
@@ -217,7 +225,8 @@ def forecast_credits(
             elastic=elastic,
             censored=state is CreditState.TRAP,
             spiky_average_to_peak=settings.spiky_average_to_peak,
-        ),
+        ), series.performance_mode),
+        performance_mode=series.performance_mode,
         observed_at=observed_at,
         baseline_bytes_per_second=baseline,
         percent_io_limit=_mean_of_newest(samples[EfsMetric.PERCENT_IO_LIMIT], settings.recent_window),

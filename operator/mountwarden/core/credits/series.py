@@ -128,6 +128,8 @@ class CreditSeries:
     samples: Mapping[EfsMetric, tuple[Sample, ...]] = field(default_factory=dict)
     #: The AWS region it lives in, when known (prices are given per region).
     region: str | None = None
+    #: DescribeFileSystems' PerformanceMode: generalPurpose or maxIO; None when unknown.
+    performance_mode: str | None = None
 
     @property
     def size_gib(self) -> float | None:

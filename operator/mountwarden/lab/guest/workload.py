@@ -2,9 +2,11 @@
 
     workload.py cost SETUP_MOUNT_POINT MOUNT_POINT
         The files are made through SETUP_MOUNT_POINT (a writable mount of the same export:
-        the one measured may be read-only); then three workloads on MOUNT_POINT, each with
-        the mount's RPC counters read before and after: a paced stat() loop on one file, `ls -l` of a directory of 50
-        files, a paced open()/close() loop. Prints JSON: per workload the GETATTR,
+        the one measured may be read-only); then four workloads on MOUNT_POINT, each with
+        the mount's RPC counters read before and after: a paced stat() loop on one file,
+        `ls -l` of a directory of 50
+        files, a paced open()/close() loop and a paced stat() loop on a name that does not
+        exist. Prints JSON: per workload the GETATTR,
         LOOKUP, ACCESS, READDIR(PLUS) and total operation counts it cost.
 
     workload.py coherence WRITER_MOUNT STAT_READER_MOUNT OPEN_READER_MOUNT SECONDS
@@ -15,8 +17,21 @@
         so one reader doing both would hide what stat() alone sees). Prints JSON: the
         worst staleness of each (seconds from the close of the first write a sample had
         not seen to that sample), and how many samples were stale.
+
+    workload.py lockcache SETUP_MOUNT_POINT MOUNT_POINT
+        What a POSIX lock does to the cache (SQLite takes one per transaction): a 1 MiB file made
+        through SETUP_MOUNT_POINT is read twice through MOUNT_POINT, then locked and
+        read again under a lock. Prints JSON: the READ and GETATTR operations of each read.
+
+    workload.py negative WRITER_MOUNT STAT_READER_MOUNT OPEN_READER_MOUNT SECONDS
+        Negative lookup caching: two readers, each on a client of its own, look a name up
+        and fail (ENOENT), one by stat(), the other by open(); then the writer creates the
+        file through its own client and closes it; each reader retries every 0.05 s until
+        it finds the file or SECONDS pass. Prints JSON: per reader how long after the
+        writer's close() it first found the file (null: not within SECONDS).
 """
 
+import contextlib
 import json
 import os
 import sys
@@ -93,10 +108,18 @@ def cost(setup_mount_point: str, mount_point: str) -> dict:
                 pass
             time.sleep(PACE_SECONDS)
 
+    def missing_stat_loop() -> None:  # a build tool probing for files that are not there
+        missing = os.path.join(base, "missing")
+        for _ in range(PACED_CALLS):
+            with contextlib.suppress(FileNotFoundError):
+                os.stat(missing)
+            time.sleep(PACE_SECONDS)
+
     return {
         "stat_loop": measured(mount_point, stat_loop),
         "ls_l": measured(mount_point, list_tree),
         "open_close_loop": measured(mount_point, open_loop),
+        "missing_stat_loop": measured(mount_point, missing_stat_loop),
         "paced_calls": PACED_CALLS,
         "pace_seconds": PACE_SECONDS,
     }
@@ -159,6 +182,69 @@ def coherence(writer_mount: str, stat_reader_mount: str, open_reader_mount: str,
     }
 
 
+def negative(writer_mount: str, stat_reader_mount: str, open_reader_mount: str, seconds: float) -> dict:
+    directory = f"negative-{os.getpid()}"
+    os.mkdir(os.path.join(writer_mount, directory))
+    name = os.path.join(directory, "created-elsewhere")
+    readers = {"stat_by_path": (os.path.join(stat_reader_mount, name), os.stat),
+               "open_by_path": (os.path.join(open_reader_mount, name), lambda path: os.close(os.open(path, os.O_RDONLY)))}
+    for path, look in readers.values():  # the earlier lookup that failed
+        try:
+            look(path)
+        except FileNotFoundError:
+            pass
+        else:
+            raise SystemExit(f"{path} exists before it was created")
+    with open(os.path.join(writer_mount, name), "w") as handle:
+        handle.write("x")
+    created = time.monotonic()
+    found: dict[str, float | None] = {}
+
+    def retry(label: str, path: str, look) -> None:
+        while time.monotonic() - created < seconds:
+            try:
+                look(path)
+            except FileNotFoundError:
+                time.sleep(0.05)
+                continue
+            found[label] = round(time.monotonic() - created, 3)
+            return
+        found[label] = None
+
+    threads = [threading.Thread(target=retry, args=(label, path, look)) for label, (path, look) in readers.items()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return {"seconds": seconds, **{label: {"found_after_seconds": found[label]} for label in readers}}
+
+
+def lockcache(setup_mount_point: str, mount_point: str) -> dict:
+    import fcntl
+
+    name = f"lockcache-{os.getpid()}"
+    with open(os.path.join(setup_mount_point, name), "wb") as handle:
+        handle.write(os.urandom(1024 * 1024))
+    path = os.path.join(mount_point, name)
+
+    def read() -> None:
+        with open(path, "rb") as handle:
+            while handle.read(65536):
+                pass
+
+    def reads(counts: dict[str, int]) -> dict[str, int]:
+        return {op: counts.get(op, 0) for op in ("READ", "GETATTR")}
+
+    first = reads(measured(mount_point, read))
+    again = reads(measured(mount_point, read))
+    # One open for the lock and the read after it: the read is what the lock may have made expensive.
+    with open(path, "rb") as handle:
+        fcntl.lockf(handle, fcntl.LOCK_SH)
+        locked = reads(measured(mount_point, lambda: [None for _ in iter(lambda: handle.read(65536), b"")]))
+        fcntl.lockf(handle, fcntl.LOCK_UN)
+    return {"first_read": first, "second_read": again, "read_under_a_lock": locked}
+
+
 def staleness(closes: list[tuple[float, int]], seen: list[tuple[float, int]]) -> dict:
     """Worst age of what a reader saw: now minus the close of the first write it had not seen."""
     worst = 0.0
@@ -177,6 +263,10 @@ if __name__ == "__main__":
         result = cost(sys.argv[2], sys.argv[3])
     elif command == "coherence":
         result = coherence(sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5]))
+    elif command == "lockcache":
+        result = lockcache(sys.argv[2], sys.argv[3])
+    elif command == "negative":
+        result = negative(sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5]))
     else:
         raise SystemExit(f"unknown workload {command}")
     json.dump(result, sys.stdout)

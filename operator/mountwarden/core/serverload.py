@@ -1,0 +1,59 @@
+"""How much each server carries for a profile, across the cluster: mounts, nodes and bytes per second.
+
+A gateway that is one node's network interface (an NFSv3 gateway in front of S3, say) is a funnel:
+every client's bytes go through it, so its load is the sum over the cluster, not any one mount's.
+"""
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from mountwarden.core.compliance import Consumer
+from mountwarden.core.mountactivity import GBIT
+from mountwarden.core.nodereport import NodeReport
+
+
+@dataclass(frozen=True, slots=True)
+class MountLoad:
+    """One pod volume's server and recent throughput, as its node reported it."""
+
+    server: str
+    node: str
+    read_bytes_per_second: float | None
+    write_bytes_per_second: float | None
+
+
+def mount_loads(consumers: Iterable[Consumer], reports: Mapping[str, NodeReport]) -> list[MountLoad]:
+    """The server and recent throughput of every consumer's volume that its node's report shows."""
+    loads = []
+    for consumer in consumers:
+        report = reports.get(consumer.node or "")
+        volume = report.mount_of(consumer.pod_uid, (consumer.volume_name,)) if report else None
+        server = volume.server if volume else None
+        if volume is None or not server:
+            continue
+        activity = volume.activity
+        loads.append(MountLoad(server, consumer.node or "", activity.read_bytes_per_second if activity else None,
+                               activity.write_bytes_per_second if activity else None))
+    return loads
+
+
+def server_load(mounts: Iterable[MountLoad], *, kind: str) -> list[dict]:
+    """status.servers: per server, its mounts, nodes and bytes per second, busiest first."""
+    grouped: dict[str, list[MountLoad]] = defaultdict(list)
+    for mount in mounts:
+        grouped[mount.server].append(mount)
+    rows = []
+    for server, loads in grouped.items():
+        read = sum(load.read_bytes_per_second or 0.0 for load in loads)
+        write = sum(load.write_bytes_per_second or 0.0 for load in loads)
+        nodes = len({load.node for load in loads})
+        message = ""
+        if kind == "nfsv3-gateway":
+            message = (f"{len(loads)} mount(s) on {nodes} node(s) share this gateway's network interface: "
+                       f"{(read + write) / GBIT:.2f} Gbit/s together, and every one of them slows when it is full "
+                       "(a funnel). Add gateways and spread the consumers, or move bulk data to the backing store "
+                       "directly.")
+        rows.append({"server": server, "mounts": len(loads), "nodes": nodes, "readBytesPerSecond": read,
+                     "writeBytesPerSecond": write, "message": message})
+    return sorted(rows, key=lambda row: (-(row["readBytesPerSecond"] + row["writeBytesPerSecond"]), row["server"]))

@@ -1,0 +1,77 @@
+"""An NFSv3-only gateway without rpcbind, as `spec.backend.kind: nfsv3-gateway` describes it.
+
+In a VM of its own (rpcbind is stopped on purpose), after the server registered its services:
+a v3 mount that names the NFS and MOUNT ports works without rpcbind, one that does not is
+refused, and one that keeps locking on (no nolock) does not come up at all: NFSv3 locking needs
+rpcbind (the lock manager and statd are found through it). The options a gateway profile
+validates are the ones the kernel then has in effect.
+"""
+
+import re
+from collections.abc import Iterator
+
+import pytest
+from tests.kernel.conftest import boot
+
+from mountwarden.core.policy import resolve_policy
+from mountwarden.lab.experiments import EXPORT, Lab
+from mountwarden.lab.livescan import mount_point as try_mount_point
+
+pytestmark = pytest.mark.timeout(1800)
+
+@pytest.fixture(scope="module")
+def gateway(lab_image) -> Iterator[dict]:
+    vm = boot(lab_image)
+    try:
+        lab = Lab.start(vm)
+        services = vm.run("rpcinfo -p", timeout=60).stdout
+        # "100005    3   tcp  20048  mountd": the MOUNT v3 service's TCP port, while rpcbind still says it.
+        found = re.search(r"100005\s+3\s+tcp\s+(\d+)\s+mountd", services)
+        assert found, services
+        vm.run("kill $(pidof rpcbind)", timeout=60)
+        yield {"lab": lab, "mountport": int(found.group(1))}
+    finally:
+        vm.stop()
+
+
+def options_with_ports(gateway, *extra: str) -> str:
+    return ",".join(["vers=3", "proto=tcp", "port=2049", f"mountport={gateway['mountport']}", "mountproto=tcp",
+                     *extra])
+
+
+def test_a_v3_mount_that_names_its_ports_needs_no_rpcbind(gateway):
+    lab: Lab = gateway["lab"]
+    point = lab.mount(options_with_ports(gateway, "nolock"), at=try_mount_point(0))
+    lab.vm.run(f"echo through-the-gateway > {point}/hello", timeout=120)
+    assert lab.vm.read_text(f"{EXPORT}/hello").strip() == "through-the-gateway"
+    effective = lab.mountstats_options(point)
+    assert "vers=3" in effective and "nolock" in effective and f"mountport={gateway['mountport']}" in effective
+
+
+def test_without_the_ports_the_mount_is_refused(gateway):
+    lab: Lab = gateway["lab"]
+    client = lab.client()
+    result = lab.vm.run(f"mkdir -p /mnt/lab/noports && timeout 120 nsenter --net=/run/netns/{client.namespace} "
+                        f"mount -t nfs -o vers=3,nolock,retry=0 {client.server}:{EXPORT} /mnt/lab/noports",
+                        timeout=300, check=False)
+    assert result.rc != 0, result
+
+
+def test_without_nolock_the_mount_does_not_come_up(gateway):
+    lab: Lab = gateway["lab"]
+    client = lab.client()
+    result = lab.vm.run(f"mkdir -p /mnt/lab/locking && timeout 120 nsenter --net=/run/netns/{client.namespace} "
+                        f"mount -t nfs -o {options_with_ports(gateway)} {client.server}:{EXPORT} /mnt/lab/locking",
+                        timeout=300, check=False)
+    # Refused, or still waiting when timeout(1) ended it: either way, no mount.
+    assert result.rc != 0, result
+    assert "/mnt/lab/locking" not in lab.vm.read_text("/proc/mounts")
+
+
+def test_the_gateway_profile_accepts_what_the_kernel_runs_with(gateway):
+    lab: Lab = gateway["lab"]
+    effective = lab.mountstats_options(try_mount_point(0))
+    asked = [option for option in effective if option.split("=")[0] in ("vers", "port", "mountport", "nolock")]
+    policy = resolve_policy(provisioner="nfs.csi.k8s.io", cache_policy="read-only", mount_options=asked,
+                            kind="nfsv3-gateway")
+    assert policy.valid and policy.warnings == (), (asked, policy.errors, policy.warnings)
