@@ -441,7 +441,10 @@ CLIENT_CALLS = {
     "list_persistent_volume": [("", "persistentvolumes", "list")],
     "patch_persistent_volume": [("", "persistentvolumes", "patch")],
     "list_namespaced_pod": [("", "pods", "list")],
-    "delete_namespaced_pod": [("", "pods", "delete")],  # a rollout remounts a replica
+    # A rollout evicts a replica so that it remounts (never a delete: PodDisruptionBudgets hold), and reads the
+    # budgets first.
+    "create_namespaced_pod_eviction": [("", "pods/eviction", "create")],
+    "list_namespaced_pod_disruption_budget": [("policy", "poddisruptionbudgets", "list")],
     "patch_namespaced_pod": [("", "pods", "patch", None, NAMESPACE)],  # its own pod's active label
     "list_namespaced_deployment": [("apps", "deployments", "list")],
     "list_namespaced_stateful_set": [("apps", "statefulsets", "list")],
@@ -465,7 +468,7 @@ KOPF_CALLS = [
     ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
     ("", "events", "create"),
 ]
-CALL = re.compile(r"\.(?:api|core|apps|batch|autoscaling|custom)\.((?:list|read|get|create|patch|replace|delete)_\w+)")
+CALL = re.compile(r"\.(?:api|core|apps|batch|autoscaling|policy|custom)\.((?:list|read|get|create|patch|replace|delete)_\w+)")
 
 
 def client_calls() -> set[str]:
