@@ -433,9 +433,8 @@ CLIENT_CALLS = {
     "create_storage_class": [("storage.k8s.io", "storageclasses", "create")],
     "patch_storage_class": [("storage.k8s.io", "storageclasses", "patch")],
     "delete_storage_class": [("storage.k8s.io", "storageclasses", "delete")],
-    # ProfileConditions reads profiles; ActiveReplica reads the peering object.
-    "get_cluster_custom_object": [("mountwarden.io", "storageprofiles", "get"),
-                                  ("kopf.dev", "clusterkopfpeerings", "get", PEERING_NAME)],
+    # ActiveReplica reads the peering object. (Conditions are applied, never read first.)
+    "get_cluster_custom_object": [("kopf.dev", "clusterkopfpeerings", "get", PEERING_NAME)],
     "patch_cluster_custom_object_status": [("mountwarden.io", "storageprofiles/status", "patch")],
     "list_cluster_custom_object": [("mountwarden.io", "nodemountreports", "list")],  # rollouts
     "list_persistent_volume": [("", "persistentvolumes", "list")],

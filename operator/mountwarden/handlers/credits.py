@@ -201,7 +201,7 @@ def watch_credits(name: str, body: kopf.Body, spec: kopf.Spec, status: kopf.Stat
     previous_state = previous.get("state")
     patch.status["credits"] = _replacing(previous, credits)
     memo.conditions.set(name, "CreditsDraining", condition["status"], condition["reason"], condition["message"],
-                        meta.get("generation"))
+                        meta.get("generation"), writer="credits", current=status)
     if credits["state"] != previous_state:
         post = kopf.warn if credits["state"] in ("Draining", "Empty", "Trap") else kopf.info
         post(body, reason=f"Credits{credits['state']}", message=f"{target.file_system_id}: {credits['message']}")

@@ -14,7 +14,6 @@ from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.nodemountreport import PLURAL as REPORTS
 from mountwarden.api.storageprofile import PLURAL as PROFILES
 from mountwarden.core.compliance import Consumer, ProfileCompliance, VolumeState, assess
-from mountwarden.core.conditions import find_condition
 from mountwarden.core.nodereport import NodeReport, UnreadableReport
 from mountwarden.handlers import metrics
 from mountwarden.handlers.config import OperatorConfig
@@ -64,9 +63,8 @@ def assess_compliance(
     if summary != previous:
         patch.status["compliance"] = {**summary, "checkedAt": now.strftime("%Y-%m-%dT%H:%M:%SZ")}
     state, reason, message = compliance.condition()
-    current = find_condition(status.get("conditions"), "Compliant")
-    if not current or (current["status"], current["reason"], current["message"]) != (state, reason, message):
-        memo.conditions.set(name, "Compliant", state, reason, message, meta.get("generation"))
+    memo.conditions.set(name, "Compliant", state, reason, message, meta.get("generation"), writer="compliance",
+                        current=status)
     metrics.record_compliance(name, compliance.counts(), compliance.sqlite_databases)
 
 

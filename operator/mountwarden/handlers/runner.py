@@ -9,7 +9,7 @@ import kopf
 
 from mountwarden.adapters.kube import ProfileConditions, StorageClasses, api_client
 from mountwarden.api.base import GROUP, VERSION
-from mountwarden.api.storageprofile import PLURAL
+from mountwarden.api.storageprofile import KIND, PLURAL
 from mountwarden.handlers import metrics
 from mountwarden.handlers.config import OperatorConfig
 
@@ -116,7 +116,7 @@ def run(config: OperatorConfig, *, standalone: bool = True, liveness_endpoint: s
         config=config,
         kube_client=client,
         storage_classes=StorageClasses(client),
-        conditions=ProfileConditions(client, GROUP, VERSION, PLURAL),
+        conditions=ProfileConditions(client, GROUP, VERSION, PLURAL, KIND),
         posted_findings=set(),
         credit_fetcher=CreditFetcher(timedelta(seconds=config.credit_interval)),
     )
