@@ -79,10 +79,13 @@ def free_port() -> int:
 class OperatorProcess:
     """`mountwarden operator` as a separate process, as users run it; restartable and killable."""
 
-    def __init__(self, kubeconfig: str, log_dir: Path, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(self, kubeconfig: str, log_dir: Path, extra_env: dict[str, str] | None = None,
+                 fault: str = "") -> None:
         self.kubeconfig = kubeconfig
         self.log_dir = log_dir
         self.extra_env = extra_env or {}
+        #: Python run in the operator's process before it starts: a fault injected on purpose (chaos tests).
+        self.fault = fault
         self.process: subprocess.Popen | None = None
         self.starts = 0
         self.metrics_port = free_port()
@@ -96,8 +99,9 @@ class OperatorProcess:
         env = {**os.environ, "MOUNTWARDEN_COLLECT_INTERVAL": "2", "MOUNTWARDEN_CREDIT_INTERVAL": "10",
                "MOUNTWARDEN_COMPLIANCE_INTERVAL": "2", "MOUNTWARDEN_ROLLOUT_INTERVAL": "1",
                **self.extra_env}
+        entry = ["-c", f"{self.fault}\nfrom mountwarden.cli import main\nmain()"] if self.fault else ["-m", "mountwarden"]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "mountwarden", "operator", "--kubeconfig", self.kubeconfig, "--verbose",
+            [sys.executable, *entry, "operator", "--kubeconfig", self.kubeconfig, "--verbose",
              "--metrics-port", str(self.metrics_port)],
             stdout=self.log_path.open("w"), stderr=subprocess.STDOUT, env=env, start_new_session=True,
         )

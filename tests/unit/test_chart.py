@@ -374,7 +374,7 @@ def test_the_webhooks_are_the_ones_the_operator_serves(default):
     ca_bundle = find(default, "Secret")["data"]["ca.crt"]
     expected = render_configuration(
         {"service": {"namespace": NAMESPACE, "name": f"{FULLNAME}-webhook", "port": 443}, "caBundle": ca_bundle},
-        excluded=["kube-system", NAMESPACE], agent_username=AGENT_USERNAME)
+        excluded=["kube-system", NAMESPACE], agent_username=AGENT_USERNAME, fail_closed=True)
     assert configuration["webhooks"] == expected["webhooks"]
     served = {handler.id for handler in register_handlers(OperatorConfig())._webhooks.get_all_handlers()}
     assert {hook["clientConfig"]["service"]["path"].lstrip("/") for hook in configuration["webhooks"]} <= served
