@@ -10,7 +10,7 @@ import sys
 
 import pytest
 from tests.procroot import Mount, Process, assemble_proc_root
-from tests.support import profile_body, wait_for
+from tests.support import profile_body, scrape, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -40,6 +40,34 @@ def pod_with(kube, namespace, node, name, claim):
     })
     return wait_for(lambda: (pod := kube.core.read_namespaced_pod(name, namespace)).status.phase == "Running"
                     and pod.metadata.uid, timeout=60, what=f"pod {name} Running")
+
+
+def with_sqlite_holder(tmp_path, mounts: list[Mount], locked: Mount, pod_uid: str):
+    """A proc root of ``mounts`` where a process of pod ``pod_uid`` holds a SQLite lock on ``locked``."""
+    cgroup = (f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{pod_uid.replace('-', '_')}"
+              f".slice/cri-containerd-{'c' * 64}.scope\n")
+    assembled = assemble_proc_root(tmp_path / "proc", mounts, locks=None,
+                                   processes=[Process(4242, cgroup=cgroup, maps="")])
+    major, minor = assembled.superblocks[assembled.mount_point(locked)].split(":")
+    (assembled.path / "locks").write_text(
+        f"1: POSIX  ADVISORY  READ  4242 {int(major):02x}:{int(minor):02x}:77 {SQLITE_SHARED_RANGE}\n")
+    return assembled
+
+
+def run_agent(cluster, node: str, proc_root) -> None:
+    agent = subprocess.run([sys.executable, "-m", "mountwarden", "agent", "--once", "--node-name", node,
+                            "--proc-root", str(proc_root), "--kubeconfig", str(cluster.kubeconfig)],
+                           capture_output=True, text=True, timeout=120)
+    assert agent.returncode == 0, agent.stderr
+
+
+def profile_with_a_pod(kube, namespace, node, name, cache_policy, pod) -> tuple[str, str]:
+    """An NFS profile, a volume of its class and a pod on ``node`` mounting it: the PV's name and the pod's UID."""
+    kube.apply_profile(profile_body(name, cache_policy, backend={"provisioner": "nfs.csi.k8s.io"}))
+    wait_for(lambda: kube.classes_of(name), what=f"{name}'s class")
+    pv = f"pv-{name}"
+    volume_for(kube, namespace, pv, f"{name}-v1")
+    return pv, pod_with(kube, namespace, node, pod, pv)
 
 
 def compliance(kube, name):
@@ -77,19 +105,8 @@ def test_drift_shared_superblock_and_sqlite_reach_status_and_events(cluster, kub
         Mount(pvs["shared"][0], pod_uid=uids["shared"], superblock="shared"),
         Mount(pvs["db"][0], pod_uid=uids["db"], sample_mount="/D"),
     ]
-    container = "c" * 64
-    cgroup = (f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uids['db'].replace('-', '_')}"
-              f".slice/cri-containerd-{container}.scope\n")
-    assembled = assemble_proc_root(tmp_path / "proc", mounts, locks=None,
-                                   processes=[Process(4242, cgroup=cgroup, maps="")])
-    major, minor = assembled.superblocks[assembled.mount_point(mounts[3])].split(":")
-    (assembled.path / "locks").write_text(
-        f"1: POSIX  ADVISORY  READ  4242 {int(major):02x}:{int(minor):02x}:77 {SQLITE_SHARED_RANGE}\n")
-
-    agent = subprocess.run([sys.executable, "-m", "mountwarden", "agent", "--once", "--node-name", node,
-                            "--proc-root", str(assembled.path), "--kubeconfig", str(cluster.kubeconfig)],
-                           capture_output=True, text=True, timeout=120)
-    assert agent.returncode == 0, agent.stderr
+    assembled = with_sqlite_holder(tmp_path, mounts, mounts[3], uids["db"])
+    run_agent(cluster, node, assembled.path)
 
     drifted = wait_for(lambda: (c := compliance(kube, strict_name)) and c["volumes"]["drifted"] == 2 and c,
                        timeout=60, what="two drifted volumes in the strict profile")
@@ -118,3 +135,36 @@ def test_drift_shared_superblock_and_sqlite_reach_status_and_events(cluster, kub
                              what="a SQLiteOnNFS event")
     assert pvs["db"][0] in sqlite_events[0]
     assert not pod_events(kube, namespace, "peer"), "the compliant pod gets no event"
+
+
+def dropped(operator, node: str) -> float:
+    key = ("mountwarden_report_entries_dropped_total", (("node", node), ("reason", "other-node")))
+    return scrape(operator.metrics_port).get(key, 0.0)
+
+
+def test_a_node_speaks_only_of_its_own_pods(cluster, kube, operator, namespace, unique, tmp_path):
+    """A forged report: the agent of one node says another node's pod mounts a drifted volume and runs SQLite."""
+    home, liar = cluster.node_names[0], cluster.node_names[2]
+    name = f"forged-{unique}"
+    pv, uid = profile_with_a_pod(kube, namespace, home, name, "coherent", "victim")
+    # coherent declares acregmax=3: the sample's /D mount drifts; a process of the pod holds a SQLite lock on it.
+    mount = Mount(pv, pod_uid=uid, sample_mount="/D")
+    assembled = with_sqlite_holder(tmp_path, [mount], mount, uid)
+    before = dropped(operator, liar)
+
+    run_agent(cluster, liar, assembled.path)
+    wait_for(lambda: dropped(operator, liar) >= before + 2, timeout=60, what="the forged entries counted")
+    assert f"NodeMountReport {liar} names pod UID {uid}" in operator.logs()
+    assert f"that pod is scheduled on node {home}" in operator.logs()
+
+    # The same report from the pod's own node is believed: its Events show that the forged one would have
+    # been posted, and that it was not.
+    run_agent(cluster, home, assembled.path)
+    events = wait_for(lambda: (found := pod_events(kube, namespace, "victim")) and {
+        r for r, _ in found} >= {"MountPolicyDrift", "SQLiteOnNFS"} and found, what="the home node's Events")
+    assert all(f" on {home}" in message and f" on {liar}" not in message for _, message in events), events
+    wait_for(lambda: (compliance(kube, name) or {}).get("volumes", {}).get("drifted") == 1,
+             what="the drift in status, from the home node's report")
+    kube.delete_profile(name)
+    for node in (liar, home):
+        kube.custom.delete_cluster_custom_object("mountwarden.io", "v1alpha1", "nodemountreports", node)
