@@ -12,6 +12,7 @@ most one stuck thread per superblock, ever. Measured in the kernel lab with nfsd
 """
 
 import errno
+import logging
 import os
 from collections.abc import Sequence
 
@@ -20,6 +21,7 @@ from mountwarden.adapters.procreader import ProcRoot
 from mountwarden.core.nodescan import ScannedMount
 
 DEFAULT_PROBE_TIMEOUT_SECONDS = 5.0
+log = logging.getLogger(__name__)
 
 
 def _answered(result: CallResult) -> bool | None:
@@ -38,6 +40,7 @@ class ServerProbe:
     def __init__(self, proc: ProcRoot, timeout: float = DEFAULT_PROBE_TIMEOUT_SECONDS) -> None:
         self.proc = proc
         self.timeout = timeout
+        self._said_forbidden = False
 
     @property
     def stuck(self) -> int:
@@ -51,8 +54,13 @@ class ServerProbe:
             first_mount.setdefault(mount.superblock, mount)
         started = {superblock: self.proc.calls.submit(superblock, os.statvfs, self._path(mount.mount_point))
                    for superblock, mount in first_mount.items()}
-        return {superblock: _answered(result)
-                for superblock, result in self.proc.calls.wait_all(started, self.timeout).items()}
+        results = self.proc.calls.wait_all(started, self.timeout)
+        if not self._said_forbidden and any(isinstance(r.error, PermissionError) for r in results.values()):
+            self._said_forbidden = True
+            log.warning("the statvfs() probe may not follow %s: it needs CAP_SYS_PTRACE (ptrace read access to "
+                        "pid 1; the chart's agent.probeServers grants it), or --probe-timeout 0",
+                        self.proc.path / "1" / "root")
+        return {superblock: _answered(result) for superblock, result in results.items()}
 
     def _path(self, mount_point: str) -> str:
         return str(self.proc.path / "1" / "root") + mount_point
