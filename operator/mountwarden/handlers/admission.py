@@ -184,7 +184,10 @@ def indexes_filled(memo: kopf.Memo, **_) -> None:
 
 
 def enforce_deny_profiles(memo: kopf.Memo, profiles_by_name: kopf.Index, **_) -> None:
-    """Keep one failurePolicy Fail webhook per deny profile (locally, or in the chart's enforce configuration)."""
+    """In a cluster, keep one failurePolicy Fail webhook per deny profile in the chart's enforce configuration.
+
+    Locally the registrar renders none (every local webhook is Ignore): this only keeps it informed.
+    """
     if memo.webhook_registrar is not None:
         memo.webhook_registrar.enforce(enforcing_profiles(e for entries in profiles_by_name.values() for e in entries))
 
