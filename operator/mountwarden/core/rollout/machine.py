@@ -356,7 +356,8 @@ WORKLOAD_TRANSITIONS: tuple[Transition, ...] = (
                lambda s: bool(s.refusing_budgets), _wait_for_budget),
     Transition(State.RESTARTING, ("Remounting",),
                "a replica kept an old superblock nobody else holds: the oldest such replica is evicted (Eviction "
-               "API) to mount afresh, one per tick; the next only once its replacement is Ready (row 6)",
+               "API) to mount afresh, one per tick; the next only once its replacement is Ready (the row \"fewer replicas "
+               "ready than desired\" waits for it)",
                lambda s: bool(s.stale), _remount),
     Transition(State.DONE, ("Verified",), "every replica's node report shows the target's options",
                lambda s: s.pending is None, _verified),
