@@ -30,8 +30,9 @@ from e2e.helpers import (
 from tests.procroot import Mount, assemble_proc_root, pod_uid
 from tests.support import free_port, wait_for
 
+from mountwarden.adapters.webhookconfig import render_enforcement
 from mountwarden.cli.operator import derived_priority
-from mountwarden.core.admission import NODE_NAME_EXTRA
+from mountwarden.core.admission import NODE_NAME_EXTRA, ProfileEntry
 
 NS = RELEASE_NAMESPACE
 OPERATOR_ACCOUNT = f"system:serviceaccount:{NS}:{RELEASE}-operator"
@@ -110,7 +111,8 @@ OPERATOR_MAY = [
     ("patch", "persistentvolumes"),
     ("watch", "persistentvolumeclaims", "--all-namespaces"),
     ("watch", "pods", "--all-namespaces"),
-    ("delete", "pods", "-n", "default"),
+    ("create", "pods", "--subresource=eviction", "-n", "default"),
+    ("list", "poddisruptionbudgets.policy", "--all-namespaces"),
     ("patch", "pods", "-n", NS),
     ("create", "events", "-n", "default"),
     ("patch", "deployments.apps", "-n", "default"),
@@ -129,6 +131,7 @@ OPERATOR_MAY_NOT = [
     ("create", "pods", "--subresource=exec", "-n", "default"),
     ("create", "pods", "--subresource=exec", "-n", NS),
     ("patch", "pods", "-n", "default"),
+    ("delete", "pods", "-n", "default"),
     ("create", "pods", "-n", "default"),
     ("update", "deployments.apps", "-n", "default"),
     ("create", "nodemountreports.mountwarden.io"),
@@ -176,7 +179,7 @@ def report(name: str) -> dict:
                      "networkFstypes": ["nfs4"]}}
 
 
-def test_with_no_operator_answering_only_the_agents_report_writes_are_refused(cluster, release, namespace):
+def test_with_no_operator_answering_only_the_agents_reports_and_deny_profiles_claims_are_refused(cluster, release, namespace):
     """The webhooks are live in the API server, and no operator serves them here (kwok runs no process)."""
     endpoints = kubectl_json(cluster, "get", "endpointslices", "-n", NS, "-l",
                              f"kubernetes.io/service-name={RELEASE}-webhook")["items"]
@@ -192,6 +195,24 @@ def test_with_no_operator_answering_only_the_agents_report_writes_are_refused(cl
                               input=json.dumps(report(cluster.node_names[0])), check=False)
     assert refused.returncode != 0
     assert 'failed calling webhook "nodemountreport.mountwarden.io"' in refused.stderr
+
+    # A deny profile's webhook, as the active replica writes it (its field manager, failurePolicy Fail): the
+    # claims that profile governs are refused while no replica answers; nobody else's.
+    guarded = ProfileEntry("e2e-down", "nfs.csi.k8s.io", enforcement="deny",
+                           pvc_selector={"matchLabels": {"app": "e2e-down"}})
+    service = {"service": {"namespace": NS, "name": f"{RELEASE}-webhook", "port": 443}}
+    enforce = render_enforcement(service, name=f"{RELEASE}-enforce", excluded=["kube-system", NS], enforcing=[guarded])
+    cluster.kubectl("apply", "--server-side", "--field-manager=mountwarden", "--force-conflicts", "-f", "-",
+                    input=json.dumps(enforce))
+    try:
+        governed = {**claim, "metadata": {**claim["metadata"], "labels": {"app": "e2e-down"}}}
+        refused = cluster.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(governed), check=False)
+        assert refused.returncode != 0 and 'failed calling webhook "e2e-down.enforce.mountwarden.io"' in (
+            refused.stderr)
+        cluster.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(claim))
+    finally:
+        cluster.kubectl("apply", "--server-side", "--field-manager=mountwarden", "--force-conflicts", "-f", "-",
+                        input=json.dumps({**enforce, "webhooks": []}))
 
 
 def run_agent(kubeconfig: Path, proc_root: Path, node: str) -> subprocess.CompletedProcess:

@@ -70,6 +70,18 @@ class Kube:
         return next((c for c in (body.get("status") or {}).get("conditions", []) if c["type"] == type_), None)
 
 
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The samples a /metrics endpoint on this machine serves: (name, sorted labels) -> value."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as response:
+        text = response.read().decode()
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -79,10 +91,13 @@ def free_port() -> int:
 class OperatorProcess:
     """`mountwarden operator` as a separate process, as users run it; restartable and killable."""
 
-    def __init__(self, kubeconfig: str, log_dir: Path, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(self, kubeconfig: str, log_dir: Path, extra_env: dict[str, str] | None = None,
+                 fault: str = "") -> None:
         self.kubeconfig = kubeconfig
         self.log_dir = log_dir
         self.extra_env = extra_env or {}
+        #: Python run in the operator's process before it starts: a fault injected on purpose (chaos tests).
+        self.fault = fault
         self.process: subprocess.Popen | None = None
         self.starts = 0
         self.metrics_port = free_port()
@@ -96,8 +111,9 @@ class OperatorProcess:
         env = {**os.environ, "MOUNTWARDEN_COLLECT_INTERVAL": "2", "MOUNTWARDEN_CREDIT_INTERVAL": "10",
                "MOUNTWARDEN_COMPLIANCE_INTERVAL": "2", "MOUNTWARDEN_ROLLOUT_INTERVAL": "1",
                **self.extra_env}
+        entry = ["-c", f"{self.fault}\nfrom mountwarden.cli import main\nmain()"] if self.fault else ["-m", "mountwarden"]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "mountwarden", "operator", "--kubeconfig", self.kubeconfig, "--verbose",
+            [sys.executable, *entry, "operator", "--kubeconfig", self.kubeconfig, "--verbose",
              "--metrics-port", str(self.metrics_port)],
             stdout=self.log_path.open("w"), stderr=subprocess.STDOUT, env=env, start_new_session=True,
         )

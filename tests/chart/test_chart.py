@@ -249,18 +249,59 @@ def test_the_agent_reads_the_hosts_proc_on_every_node(default):
     assert spec["serviceAccountName"] == f"{FULLNAME}-agent"
 
 
-def test_the_agent_gets_only_the_capabilities_to_read_other_processes(default, render):
-    agent = container(find(default, "DaemonSet"))
+@pytest.mark.parametrize(("read_other_processes", "probe_servers", "capabilities", "flags"), [
+    # SQLite detection reads other processes' fd, fdinfo and maps: ptrace read access, other users' directories.
+    ("true", "true", ["SYS_PTRACE", "DAC_READ_SEARCH"], []),
+    ("true", "false", ["SYS_PTRACE", "DAC_READ_SEARCH"], ["--probe-timeout=0"]),
+    # The statvfs() probe follows /proc/1/root: ptrace read access to pid 1, nothing else.
+    ("false", "true", ["SYS_PTRACE"], ["--no-sqlite-scan"]),
+    # The mount table, NFS statistics and /proc/locks need nothing.
+    ("false", "false", [], ["--no-sqlite-scan", "--probe-timeout=0"]),
+])
+def test_the_agent_gets_only_the_capabilities_its_enabled_features_need(render, read_other_processes, probe_servers,
+                                                                        capabilities, flags):
+    daemonset = find(render("--set", f"agent.readOtherProcesses={read_other_processes}",
+                            "--set", f"agent.probeServers={probe_servers}"), "DaemonSet")
+    agent = container(daemonset)
     assert agent["securityContext"] == {
         "privileged": False, "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-        "capabilities": {"drop": ["ALL"], "add": ["SYS_PTRACE", "DAC_READ_SEARCH"]}}
-    pod = find(default, "DaemonSet")["spec"]["template"]["spec"]["securityContext"]
-    assert pod["runAsUser"] == 0 and not pod["runAsNonRoot"]  # capabilities need root to take effect
+        "capabilities": {"drop": ["ALL"], **({"add": capabilities} if capabilities else {})}}
+    pod = daemonset["spec"]["template"]["spec"]["securityContext"]
+    if capabilities:  # capabilities take effect only for root
+        assert pod["runAsUser"] == 0 and not pod["runAsNonRoot"]
+    else:
+        assert pod["runAsNonRoot"] and pod["runAsUser"] == 65532
+    # A feature without its privileges is switched off, not left to fail on every scan.
+    assert [arg for arg in agent["args"] if arg in ("--no-sqlite-scan", "--probe-timeout=0")] == flags
 
-    without = find(render("--set", "agent.readOtherProcesses=false"), "DaemonSet")
-    assert container(without)["securityContext"]["capabilities"] == {"drop": ["ALL"]}
-    pod = without["spec"]["template"]["spec"]["securityContext"]
-    assert pod["runAsNonRoot"] and pod["runAsUser"] == 65532
+
+def notes(helm, helm_env, tmp_path, *args: str) -> str:
+    """NOTES.txt as `helm install` prints it (helm template leaves it out: rendered here through tpl)."""
+    chart = tmp_path / "chart"
+    shutil.copytree(CHART, chart)
+    shutil.copy(chart / "templates" / "NOTES.txt", chart / "notes.txt")
+    (chart / "templates" / "notes.yaml").write_text(
+        'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\ndata:\n'
+        '  notes: {{ tpl (.Files.Get "notes.txt") . | toJson }}\n')
+    result = run_helm(helm, helm_env, "template", RELEASE, str(chart), "--namespace", NAMESPACE,
+                      "--show-only", "templates/notes.yaml", *args)
+    assert result.returncode == 0, result.stderr
+    return yaml.safe_load(result.stdout)["data"]["notes"]
+
+
+def test_the_notes_say_what_reading_other_processes_amounts_to(helm, helm_env, tmp_path):
+    text = " ".join(notes(helm, helm_env, tmp_path).split())
+    assert "equivalent to reading any host process's memory maps and open files" in text
+    assert "SQLite detection needs it" in text and "runs as root with SYS_PTRACE and DAC_READ_SEARCH" in text
+    text = " ".join(notes(helm, helm_env, tmp_path / "without", "--set", "agent.readOtherProcesses=false",
+                          "--set", "agent.probeServers=false").split())
+    assert "readOtherProcesses" not in text and "runs as root" not in text
+
+
+def test_the_defaults_enable_every_feature(default):
+    agent = container(find(default, "DaemonSet"))
+    assert agent["securityContext"]["capabilities"]["add"] == ["SYS_PTRACE", "DAC_READ_SEARCH"]
+    assert "--no-sqlite-scan" not in agent["args"] and "--probe-timeout=0" not in agent["args"]
 
 
 # -- values -------------------------------------------------------------------------------------------------
@@ -381,7 +422,7 @@ def test_the_webhooks_are_the_ones_the_operator_serves(default):
     ca_bundle = find(default, "Secret")["data"]["ca.crt"]
     expected = render_configuration(
         {"service": {"namespace": NAMESPACE, "name": f"{FULLNAME}-webhook", "port": 443}, "caBundle": ca_bundle},
-        excluded=["kube-system", NAMESPACE], agent_username=AGENT_USERNAME)
+        excluded=["kube-system", NAMESPACE], agent_username=AGENT_USERNAME, fail_closed=True)
     assert configuration["webhooks"] == expected["webhooks"]
     served = {handler.id for handler in register_handlers(OperatorConfig())._webhooks.get_all_handlers()}
     assert {hook["clientConfig"]["service"]["path"].lstrip("/") for hook in configuration["webhooks"]} <= served
@@ -440,15 +481,17 @@ CLIENT_CALLS = {
     "create_storage_class": [("storage.k8s.io", "storageclasses", "create")],
     "patch_storage_class": [("storage.k8s.io", "storageclasses", "patch")],
     "delete_storage_class": [("storage.k8s.io", "storageclasses", "delete")],
-    # ProfileConditions reads profiles; ActiveReplica reads the peering object.
-    "get_cluster_custom_object": [("mountwarden.io", "storageprofiles", "get"),
-                                  ("kopf.dev", "clusterkopfpeerings", "get", PEERING_NAME)],
+    # ActiveReplica reads the peering object. (Conditions are applied, never read first.)
+    "get_cluster_custom_object": [("kopf.dev", "clusterkopfpeerings", "get", PEERING_NAME)],
     "patch_cluster_custom_object_status": [("mountwarden.io", "storageprofiles/status", "patch")],
     "list_cluster_custom_object": [("mountwarden.io", "nodemountreports", "list")],  # rollouts
     "list_persistent_volume": [("", "persistentvolumes", "list")],
     "patch_persistent_volume": [("", "persistentvolumes", "patch")],
     "list_namespaced_pod": [("", "pods", "list")],
-    "delete_namespaced_pod": [("", "pods", "delete")],  # a rollout remounts a replica
+    # A rollout evicts a replica so that it remounts (never a delete: PodDisruptionBudgets hold), and reads the
+    # budgets first.
+    "create_namespaced_pod_eviction": [("", "pods/eviction", "create")],
+    "list_namespaced_pod_disruption_budget": [("policy", "poddisruptionbudgets", "list")],
     "patch_namespaced_pod": [("", "pods", "patch", None, NAMESPACE)],  # its own pod's active label
     "list_namespaced_deployment": [("apps", "deployments", "list")],
     "list_namespaced_stateful_set": [("apps", "statefulsets", "list")],
@@ -486,7 +529,7 @@ KOPF_CALLS = [
     ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
     ("", "events", "create"),
 ]
-CALL = re.compile(r"\.(?:api|core|apps|batch|autoscaling|custom)\.((?:list|read|get|create|patch|replace|delete)_\w+)")
+CALL = re.compile(r"\.(?:api|core|apps|batch|autoscaling|policy|custom)\.((?:list|read|get|create|patch|replace|delete)_\w+)")
 
 
 def client_calls() -> set[str]:

@@ -14,7 +14,10 @@ from collections.abc import Callable, Iterator
 
 import kubernetes
 import pytest
-from tests.support import GROUP, VERSION, wait_for
+from tests.support import GROUP, VERSION, OperatorProcess, wait_for
+
+from mountwarden.adapters.webhookconfig import PVC_WEBHOOK, render_enforcement
+from mountwarden.core.admission import ProfileEntry
 
 pytestmark = pytest.mark.cluster
 
@@ -272,25 +275,100 @@ def test_kube_system_never_waits_on_the_webhook(cluster, webhook, unique):
         cluster.kubectl("delete", "pvc", "-n", "kube-system", f"system-{unique}", "--wait=false")
 
 
-def test_a_hung_operator_holds_back_only_the_consumers_of_deny_profiles(cluster, kube, webhook, operator, namespace,
-                                                                       unique, profiles):
+def deny_profile(cluster, kube, namespace: str, unique: str, profiles: list[str]) -> tuple[str, dict, dict]:
+    """A deny profile governing app=<its name>, indexed by the operator; a claim it refuses and one it admits."""
     name = f"guarded-{unique}"
     profiles.append(name)
     apply(cluster, profile(name, consumers={"pvcSelector": {"matchLabels": {"app": name}}}, enforcement="deny"))
     ready(kube, name)
-    fail_webhook = f"{name}.enforce.mountwarden.io"
-    wait_for(lambda: fail_webhook in {h["name"] for h in configuration(kube)["webhooks"]}, what=fail_webhook)
+    refused = pvc(namespace, "wrong-class", labels={"app": name})
+    settled(lambda dry: create(cluster, refused, dry_run=dry), ([UNGOVERNED_PROBE], (
+        f"PVC {namespace}/wrong-class is a consumer of StorageProfile {name} but asks for StorageClass "
+        f"{PROBE_CLASS}: use storageClassName {name}-v1")))
+    return name, refused, pvc(namespace, "guarded", f"{name}-v1", labels={"app": name})
 
+
+def test_locally_no_webhook_fails_closed(kube, webhook):
+    assert {hook["failure_policy"] for hook in configuration(kube)["webhooks"]} == {"Ignore"}
+
+
+@pytest.mark.chaos
+def test_a_local_operator_killed_outright_blocks_no_claim_not_even_a_deny_profiles(cluster, kube, webhook, operator,
+                                                                                  namespace, unique, profiles):
+    name, refused, guarded = deny_profile(cluster, kube, namespace, unique, profiles)
+    operator.stop(signal.SIGKILL)  # no chance to withdraw anything
+    try:
+        assert configuration(kube) is not None, "the killed operator's configuration is still registered"
+        # At once, not after some timeout: nothing registered waits on the dead process.
+        assert answer(create(cluster, guarded)) == NOTHING
+        assert answer(create(cluster, refused)) == NOTHING
+        assert answer(create(cluster, pvc(namespace, "anyone"))) == NOTHING
+    finally:
+        operator.start()
+    wait_until_answering(cluster)
+
+
+def test_a_hung_local_operator_holds_back_nobody(cluster, kube, webhook, operator, namespace, unique, profiles):
+    name, _, guarded = deny_profile(cluster, kube, namespace, unique, profiles)
     os.killpg(operator.process.pid, signal.SIGSTOP)  # alive, listening, never answering
     try:
-        # failurePolicy Ignore: after the 3 s timeout the PVC is created, without warnings.
+        # failurePolicy Ignore: after the 3 s timeout the PVC is created, without warnings, a deny profile's too.
         assert answer(create(cluster, pvc(namespace, "anyone"))) == NOTHING
-        # failurePolicy Fail, scoped to the deny profile's consumers.
-        refused = create(cluster, pvc(namespace, "guarded", f"{name}-v1", labels={"app": name}))
-        assert refused.returncode != 0
-        assert f'failed calling webhook "{fail_webhook}"' in refused.stderr
+        assert answer(create(cluster, guarded)) == NOTHING
     finally:
         os.killpg(operator.process.pid, signal.SIGCONT)
+    wait_until_answering(cluster)
+
+
+FAULTY_REVIEW = """
+import mountwarden.handlers.admission as admission
+
+def review_claim(claim, view):
+    raise RuntimeError(f"a fault injected into the review of {claim.name}")
+
+admission.review_claim = review_claim
+"""
+
+
+@pytest.mark.chaos
+def test_a_failing_review_fails_closed_only_where_a_deny_profile_governs(cluster, kube, webhook, operator, namespace,
+                                                                         unique, profiles, tmp_path):
+    """Every PVC review raises; the API server applies each calling webhook's failurePolicy.
+
+    The deny profile's webhook is failurePolicy Fail in a cluster (the chart's enforce configuration, written
+    by the active replica); here the test registers the same webhook, rendered by the same code, for the
+    local server.
+    """
+    name, _, guarded = deny_profile(cluster, kube, namespace, unique, profiles)
+    operator.stop()
+    faulty = OperatorProcess(str(cluster.kubeconfig), tmp_path, extra_env=operator.extra_env, fault=FAULTY_REVIEW)
+    faulty.start()
+    admissionregistration = kubernetes.client.AdmissionregistrationV1Api(kube.client)
+    enforce = f"mw-test-enforce-{unique}"
+    try:
+        registered = wait_for(lambda: configuration(kube), what="the faulty operator's configuration")
+        client = registered["webhooks"][0]["client_config"]
+        server = {"url": client["url"].removesuffix(f"/{PVC_WEBHOOK}"), "caBundle": client["ca_bundle"]}
+        admissionregistration.create_validating_webhook_configuration(render_enforcement(
+            server, name=enforce, excluded=["kube-system"],
+            enforcing=[ProfileEntry(name, "efs.csi.aws.com", pvc_selector={"matchLabels": {"app": name}},
+                                    enforcement="deny")]))
+
+        def review_fails() -> bool:  # once the indexes are filled, every review reaches the fault
+            create(cluster, guarded, dry_run=True)
+            return "a fault injected into the review of guarded" in faulty.logs()
+
+        wait_for(review_fails, timeout=120, what="the faulty operator reviewing claims")
+        refused = create(cluster, guarded)
+        assert refused.returncode != 0, "a claim a deny profile governs was admitted unreviewed"
+        assert f'failed calling webhook "{name}.enforce.mountwarden.io"' in refused.stderr
+        # Fail open: a claim only the warning webhook sees goes through, without a word.
+        assert answer(create(cluster, pvc(namespace, "anyone"))) == NOTHING
+        faulty.assert_running()
+    finally:
+        admissionregistration.delete_validating_webhook_configuration(enforce)
+        faulty.stop()
+        operator.start()
     wait_until_answering(cluster)
 
 

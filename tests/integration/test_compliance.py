@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from tests.procroot import AssembledProcRoot, Mount, Process, assemble_proc_root
-from tests.support import profile_body, wait_for
+from tests.support import profile_body, scrape, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -61,6 +61,15 @@ def report_once(cluster, node: str, proc_root: Path) -> None:
                             "--proc-root", str(proc_root), "--kubeconfig", str(cluster.kubeconfig)],
                            capture_output=True, text=True, timeout=120)
     assert agent.returncode == 0, agent.stderr
+
+
+def profile_with_a_pod(kube, namespace, node, name, cache_policy, pod) -> tuple[str, str]:
+    """An NFS profile, a volume of its class and a pod on ``node`` mounting it: the PV's name and the pod's UID."""
+    kube.apply_profile(profile_body(name, cache_policy, backend={"provisioner": "nfs.csi.k8s.io"}))
+    wait_for(lambda: kube.classes_of(name), what=f"{name}'s class")
+    pv = f"pv-{name}"
+    volume_for(kube, namespace, pv, f"{name}-v1")
+    return pv, pod_with(kube, namespace, node, pod, pv)
 
 
 def compliance(kube, name):
@@ -130,3 +139,36 @@ def test_drift_shared_superblock_and_sqlite_reach_status_and_events(cluster, kub
                              what="a SQLiteOnNFS event")
     assert pvs["db"][0] in sqlite_events[0]
     assert not pod_events(kube, namespace, "peer"), "the compliant pod gets no event"
+
+
+def dropped(operator, node: str) -> float:
+    key = ("mountwarden_report_entries_dropped_total", (("node", node), ("reason", "other-node")))
+    return scrape(operator.metrics_port).get(key, 0.0)
+
+
+def test_a_node_speaks_only_of_its_own_pods(cluster, kube, operator, namespace, unique, tmp_path):
+    """A forged report: the agent of one node says another node's pod mounts a drifted volume and runs SQLite."""
+    home, liar = cluster.node_names[0], cluster.node_names[2]
+    name = f"forged-{unique}"
+    pv, uid = profile_with_a_pod(kube, namespace, home, name, "coherent", "victim")
+    # coherent declares acregmax=3: the sample's /D mount drifts; a process of the pod holds a SQLite lock on it.
+    mount = Mount(pv, pod_uid=uid, sample_mount="/D")
+    assembled = sqlite_proc_root(tmp_path / "proc", [mount], mount, uid)
+    before = dropped(operator, liar)
+
+    report_once(cluster, liar, assembled.path)
+    wait_for(lambda: dropped(operator, liar) >= before + 2, timeout=60, what="the forged entries counted")
+    assert f"NodeMountReport {liar} names pod UID {uid}" in operator.logs()
+    assert f"that pod is scheduled on node {home}" in operator.logs()
+
+    # The same report from the pod's own node is believed: its Events show that the forged one would have
+    # been posted, and that it was not.
+    report_once(cluster, home, assembled.path)
+    events = wait_for(lambda: (found := pod_events(kube, namespace, "victim")) and {
+        r for r, _ in found} >= {"MountPolicyDrift", "SQLiteOnNFS"} and found, what="the home node's Events")
+    assert all(f" on {home}" in message and f" on {liar}" not in message for _, message in events), events
+    wait_for(lambda: (compliance(kube, name) or {}).get("volumes", {}).get("drifted") == 1,
+             what="the drift in status, from the home node's report")
+    kube.delete_profile(name)
+    for node in (liar, home):
+        kube.custom.delete_cluster_custom_object("mountwarden.io", "v1alpha1", "nodemountreports", node)

@@ -1,5 +1,6 @@
 """StorageProfiles reconcile into versioned StorageClasses on a real kube-apiserver."""
 
+import json
 import signal
 
 import kubernetes
@@ -69,7 +70,10 @@ def test_pv_bound_to_v1_keeps_it_alive_until_it_goes(kube, operator, unique):
     wait_for(lambda: class_names(kube, name) == [f"{name}-v1"], what="v1")
     bound_pv(kube, f"pv-{unique}", f"{name}-v1")
     kube.apply_profile(profile_body(name, "cached"))
-    wait_for(lambda: class_names(kube, name) == [f"{name}-v1", f"{name}-v2"], what="v1 kept beside v2")
+    # v2 is created first, v1 marked superseded right after: wait for both.
+    wait_for(lambda: class_names(kube, name) == [f"{name}-v1", f"{name}-v2"] and (
+        kube.classes_of(name)[f"{name}-v1"].metadata.annotations or {}).get("mountwarden.io/superseded-by"),
+        what="v1 kept beside v2, superseded")
     v1 = kube.classes_of(name)[f"{name}-v1"]
     assert v1.metadata.annotations["mountwarden.io/superseded-by"] == f"{name}-v2"
     assert v1.mount_options == STAGING
@@ -161,3 +165,38 @@ def test_schema_rejects_what_it_can_before_the_operator_sees_it(kube, crds_insta
     with pytest.raises(kubernetes.client.ApiException) as raised:
         kube.apply_profile(body)
     assert raised.value.status == 422 and "spec.cachePolicy" in raised.value.body
+
+
+def condition_owners(profile: dict) -> dict[str, list[tuple[str, str]]]:
+    """Condition type -> the (field manager, operation) of every managedFields entry that owns it."""
+    owners: dict[str, list[tuple[str, str]]] = {}
+    for entry in profile["metadata"].get("managedFields") or []:
+        conditions = ((entry.get("fieldsV1") or {}).get("f:status") or {}).get("f:conditions") or {}
+        for key in conditions:
+            if key.startswith("k:"):
+                owners.setdefault(json.loads(key[2:])["type"], []).append((entry["manager"], entry["operation"]))
+    return owners
+
+
+def test_each_condition_is_applied_by_its_own_writer_and_no_other(kube, operator, unique):
+    name = f"writers-{unique}"
+    kube.apply_profile(profile_body(name, "coherent"))
+    # Three writers: the reconciler, the compliance timer, the credit watch (an EFS backend is watched).
+    wait_for(lambda: ready(kube, name) and kube.condition(name, "Compliant") and kube.condition(
+        name, "CreditsDraining"), what="Ready, Compliant and CreditsDraining")
+    writers = {"Ready": [("mountwarden-profiles", "Apply")], "Compliant": [("mountwarden-compliance", "Apply")],
+               "CreditsDraining": [("mountwarden-credits", "Apply")]}
+    assert condition_owners(kube.profile(name)) == writers
+
+    # An invalid change (admitted while the webhook cannot answer): Ready turns False, and the last good class
+    # stays in the status (an apply that left the class fields out would remove them); the other writer's
+    # condition is untouched.
+    with operator.paused():
+        kube.apply_profile(profile_body(name, "coherent", mountOptions=["nconect=2"]))
+    wait_for(lambda: (c := kube.condition(name, "Ready")) and c["reason"] == "InvalidSpec", what="InvalidSpec")
+    body = kube.profile(name)
+    assert body["status"]["storageClassName"] == f"{name}-v1" and body["status"]["version"] == 1
+    assert body["status"]["observedGeneration"] == body["metadata"]["generation"]
+    assert kube.condition(name, "Compliant") is not None
+    assert condition_owners(body) == writers
+    kube.delete_profile(name)

@@ -13,8 +13,10 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import kubernetes
+import kubernetes.watch
 import pytest
 import yaml
 from tests.nodesim import NodeSimulator
@@ -267,9 +269,13 @@ def test_workloads_restart_one_at_a_time_and_are_verified_on_the_nodes(scenario)
             assert case.reported_options(pod) == CACHED, f"{pod.metadata.name} on {pod.spec.node_name}"
 
 
-def test_a_shared_superblock_blocks_the_workload_until_the_other_consumer_moves(scenario):
-    case = scenario
-    node, elsewhere = case.node_names[0], case.node_names[1]
+def replicas_on_a_shared_superblock(case: Scenario, replicas: int) -> tuple[str, str]:
+    """Replicas of Deployment app, restarted for v2, on the superblock of another consumer on their node.
+
+    They mounted the export of pod `other` first (SuperblockShared); once `other` leaves, the superblock they
+    joined stays with them, with the old options, and nobody else holds it: they must remount.
+    """
+    node = case.node_names[0]
     case.start("staging", rollout=AUTOMATIC)
     # Another consumer of the same export on the same node, through a PV no profile governs.
     export = f"/{case.unique}/shared"
@@ -278,13 +284,24 @@ def test_a_shared_superblock_blocks_the_workload_until_the_other_consumer_moves(
     wait_for(lambda: case.reported_options(case.kube.core.read_namespaced_pod("other", case.namespace)),
              what="the other consumer mounted")
     case.claim("app", case.v1, STAGING, path=export)
-    case.deployment("app", "app", replicas=1, node=node)
-    case.wait_ready(("Deployment", "app", 1))
-
-    # Only timeo changes: the kernel does not compare it, so the new pod lands on the superblock the other
-    # consumer keeps (a change of the ac* times would give it a superblock of its own: the kernel lab).
+    case.deployment("app", "app", replicas=replicas, node=node)
+    case.wait_ready(("Deployment", "app", replicas))
+    # Only timeo changes: the kernel does not compare it, so the new pods land on the superblock the other
+    # consumer keeps (a change of the ac* times would give them a superblock of their own: the kernel lab).
     case.apply("staging", rollout=AUTOMATIC, mountOptions=["timeo=300"])
-    rollout = case.wait_phase("Paused", f"{case.profile}-v2")
+    target = f"{case.profile}-v2"
+    case.wait_phase("Paused", target)
+    wait_for(lambda: len(case.pods("app")) == replicas and all(case.reported_options(p) == STAGING
+                                                               for p in case.pods("app")),
+             what="every restarted replica on the other consumer's superblock")
+    return node, target
+
+
+def test_a_shared_superblock_blocks_the_workload_until_the_other_consumer_moves(scenario):
+    case = scenario
+    elsewhere = case.node_names[1]
+    node, target = replicas_on_a_shared_superblock(case, replicas=1)
+    rollout = case.wait_phase("Paused", target)
     (line,) = rollout["workloads"]
     (pod,) = case.pods("app")
     assert line["state"] == "Blocked" and line["reason"] == "SuperblockShared"
@@ -306,6 +323,132 @@ def test_a_shared_superblock_blocks_the_workload_until_the_other_consumer_moves(
     (pod,) = case.pods("app")
     assert pod.spec.node_name == node and case.reported_options(pod) == STAGING_TIMEO_300
     assert len(case.replica_sets("app")) == 2
+
+
+class PodHistory:
+    """Watches one app's pods in a thread: every eviction and every replica becoming Ready, in the API's order."""
+
+    def __init__(self, case: Scenario, app: str) -> None:
+        self.case, self.app = case, app
+        self.events: list[tuple[str, str]] = []  # ("gone", uid) or ("ready", uid)
+        self._seen: set[tuple[str, str]] = set()
+        self._watch = kubernetes.watch.Watch()
+        self._stopping = False
+        self.errors: list[BaseException] = []
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "PodHistory":
+        listed = self.case.kube.core.list_namespaced_pod(self.case.namespace, label_selector=f"app={self.app}")
+        for pod in listed.items:
+            self._note("MODIFIED", pod)
+        self._version = listed.metadata.resource_version
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_) -> None:
+        self._stopping = True
+        self._watch.stop()
+        self._thread.join(timeout=30)
+        assert not self.errors, f"the watch of the pods broke: {self.errors}"
+
+    def _run(self) -> None:
+        try:
+            for event in self._watch.stream(self.case.kube.core.list_namespaced_pod, self.case.namespace,
+                                            label_selector=f"app={self.app}", resource_version=self._version,
+                                            timeout_seconds=600):
+                self._note(event["type"], event["object"])
+        except Exception as error:  # the stream is cut when stopped; before that, the history would be partial
+            if not self._stopping:
+                self.errors.append(error)
+
+    def _note(self, kind: str, pod) -> None:
+        uid = pod.metadata.uid
+        ready = any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or []))
+        if kind == "DELETED" or pod.metadata.deletion_timestamp is not None:
+            mark = ("gone", uid)
+        elif ready:
+            mark = ("ready", uid)
+        else:
+            return
+        if mark not in self._seen:
+            self._seen.add(mark)
+            self.events.append(mark)
+
+    def evictions_then_readiness(self, before: set[str]) -> list[str]:
+        """From the pods in ``before`` on: "gone" for each removal, "ready" for each new replica become Ready."""
+        return [kind for kind, uid in self.events if (kind == "gone" and uid in before) or
+                (kind == "ready" and uid not in before)]
+
+
+@contextmanager
+def cordoned(case: Scenario, node: str) -> Iterator[None]:
+    """No new pod starts on ``node`` meanwhile: an evicted replica's replacement stays Pending, never Ready."""
+    case.kube.core.patch_node(node, {"spec": {"unschedulable": True}})
+    try:
+        yield
+    finally:
+        case.kube.core.patch_node(node, {"spec": {"unschedulable": None}})
+
+
+def test_stale_replicas_are_evicted_one_at_a_time_each_after_the_last_ones_replacement_is_ready(scenario):
+    case = scenario
+    node, target = replicas_on_a_shared_superblock(case, replicas=3)
+    stale = {pod.metadata.uid for pod in case.pods("app")}
+    with PodHistory(case, "app") as history:
+        with cordoned(case, node):
+            case.kube.core.delete_namespaced_pod("other", case.namespace, grace_period_seconds=0)
+            wait_for(lambda: history.evictions_then_readiness(stale).count("gone"), timeout=ROLLOUT_TIMEOUT,
+                     what="the first eviction")
+            time.sleep(5)  # five ticks: the replacement cannot start, so no other replica may go meanwhile
+            assert history.evictions_then_readiness(stale) == ["gone"], history.events
+            (line,) = case.rollout()["workloads"]
+            assert (line["state"], line["reason"]) in (("Restarting", "Remounting"),
+                                                       ("Verifying", "WaitingForReplicas")), line
+        rollout = case.wait_phase("Complete", target)
+
+    (line,) = rollout["workloads"]
+    assert line["state"] == "Done" and line["remounts"] == 3
+    # Each eviction waited for the previous one's replacement to be Ready: never two replicas out at once.
+    order = history.evictions_then_readiness(stale)
+    assert order.count("gone") == 3 and not any(a == b == "gone" for a, b in zip(order, order[1:], strict=False)), (
+        order)
+    assert all(case.reported_options(pod) == STAGING_TIMEO_300 for pod in case.pods("app"))
+    evictions = wait_for(lambda: len(found := [e.message for e in case.kube.core.list_event_for_all_namespaces(
+        field_selector=f"involvedObject.name={case.profile}").items if e.reason == "RemountingPod"]) == 3 and found,
+        what="three RemountingPod events")
+    assert all(m.startswith(f"evicting pod {case.namespace}/app-") for m in evictions), evictions
+
+
+def test_a_disruption_budget_that_refuses_leaves_the_workload_waiting_and_names_it(scenario):
+    case = scenario
+    policy = kubernetes.client.PolicyV1Api(case.kube.client)
+    policy.create_namespaced_pod_disruption_budget(case.namespace, {
+        "metadata": {"name": "app-budget"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "app"}}}})
+    node, target = replicas_on_a_shared_superblock(case, replicas=1)
+    (kept,) = case.pods("app")
+    case.kube.core.delete_namespaced_pod("other", case.namespace, grace_period_seconds=0)
+
+    def waiting():
+        rollout = case.rollout()
+        lines = rollout.get("workloads") or []
+        return rollout if rollout.get("phase") == "Waiting" and lines[0]["reason"] == "DisruptionBudget" else None
+
+    rollout = wait_for(waiting, timeout=ROLLOUT_TIMEOUT, what="the workload waiting for its budget")
+    (line,) = rollout["workloads"]
+    assert line["state"] == "Waiting" and line["pod"] == kept.metadata.name and line["node"] == node
+    assert f"PodDisruptionBudget {case.namespace}/app-budget refuses" in line["message"]
+    assert f"PodDisruptionBudget {case.namespace}/app-budget" in rollout["message"]
+    time.sleep(5)  # several ticks: still there, still the same replica
+    assert [p.metadata.uid for p in case.pods("app")] == [kept.metadata.uid]
+    assert case.rollout()["phase"] == "Waiting"
+
+    # The budget allows a disruption: the replica is evicted, and its replacement mounts the new options.
+    policy.patch_namespaced_pod_disruption_budget("app-budget", case.namespace, {"spec": {"minAvailable": 0}})
+    rollout = case.wait_phase("Complete", target)
+    assert rollout["workloads"][0]["remounts"] == 1
+    (replacement,) = case.pods("app")
+    assert replacement.metadata.uid != kept.metadata.uid and case.reported_options(replacement) == STAGING_TIMEO_300
 
 
 def test_an_hpa_at_zero_leaves_its_deployment_waiting(scenario):

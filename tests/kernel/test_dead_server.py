@@ -1,9 +1,11 @@
 """A server that stops answering (nfsd stopped) while the agent scans.
 
 In a VM of its own (the server is stopped on purpose): two pod volumes, one hard (the AWS
-options) with a process holding a SQLite lock on it, one soft. With nfsd's threads at 0 the
+options) with a process holding a SQLite lock on it and another holding an idle database
+open (no lock: only the header scan finds it), one soft. With nfsd's threads at 0 the
 agent's one-shot scan must still finish within its probe timeout plus the scan itself, say
-that the hard mount's server does not answer, and keep everything else it found.
+that the hard mount's server does not answer, and keep everything else it found; and the
+SQLite scan's stat() and header reads, repeated, never pile threads up behind the server.
 
 A process of the pod (in its cgroup, as the kubelet lays them out) keeps reading the hard
 volume: once the server is gone it sleeps uninterruptibly (D) in the kernel, and the agent's
@@ -11,6 +13,7 @@ samples of /proc/<pid>/stat must say so for that volume, which the operator's ch
 into a StuckOnNFS finding.
 """
 
+import json
 import time
 from collections.abc import Iterator
 
@@ -47,6 +50,33 @@ while True:
     os.stat(path)
     time.sleep(0.5)
 """
+#: A database created, then held open with no transaction: no lock, so only its header says SQLite.
+IDLE_OPENER = """
+import sqlite3, sys, time
+path = sys.argv[1] + "/idle.db"
+sqlite3.connect(path).execute("create table if not exists t(x)").connection.commit()
+held = open(path, "rb")
+print("open", flush=True)
+time.sleep(3600)
+"""
+#: Three SQLite scans with the header scan on, in one process as the agent runs them: how long each took,
+#: how many calls were left stuck and how many threads the process had after each.
+REPEATED_SCANS = """
+import json, sys, threading, time
+from mountwarden.adapters.procreader import ProcRoot
+from mountwarden.agent.scan import scan_proc_root
+from mountwarden.agent.sqlitescan import scan_sqlite
+proc = ProcRoot("/proc")
+node = scan_proc_root(proc, kubelet_root="/var/lib/kubelet", network_fstypes=("nfs", "nfs4"))
+mounts = [mount.network_mount for mount in node.network_mounts]
+runs = []
+for _ in range(3):
+    started = time.monotonic()
+    scan = scan_sqlite(proc, mounts, header_scan=True)
+    runs.append({"seconds": time.monotonic() - started, "stuck": proc.calls.stuck, "threads": threading.active_count(),
+                 "stalled": proc.counters.stalled, "paths": sorted(f.path for f in scan.findings)})
+print(json.dumps(runs), flush=True)
+"""
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +87,12 @@ def stopped(lab_image) -> Iterator[tuple[Lab, dict]]:
         hard = lab.mount(EFS_LIKE, at=try_mount_point(0))
         soft = lab.mount("vers=4.1,soft,timeo=10,retrans=1,nosharecache", at=try_mount_point(1))
         vm.run(f"python3 -c '{HOLDER}' {hard} > /tmp/sqlite-holder.log 2>&1 &")
+        vm.run(f"python3 -c '{IDLE_OPENER}' {hard} > /tmp/sqlite-idle.log 2>&1 &")
         deadline = time.monotonic() + 180
-        while "holding" not in vm.run("cat /tmp/sqlite-holder.log", check=False).stdout:
+        while "holding" not in vm.run("cat /tmp/sqlite-holder.log /tmp/sqlite-idle.log", check=False).stdout.split():
+            assert time.monotonic() < deadline
+            time.sleep(1)
+        while "open" not in vm.run("cat /tmp/sqlite-idle.log", check=False).stdout.split():
             assert time.monotonic() < deadline
             time.sleep(1)
         vm.run(f"mkdir -p {POD_SCOPE} && sh -c 'echo $$ > {POD_SCOPE}/cgroup.procs && exec python3 -c \"$0\" {hard}' "
@@ -157,6 +191,20 @@ def test_the_soft_mounts_timeouts_are_counted_and_judged(stopped):
                             kernel_release=read.kernel_release).findings
     unhealthy = [f for f in findings if f.reason == "TransportUnhealthy"]
     assert unhealthy and "major timeout(s)" in unhealthy[0].message, findings
+
+
+def test_the_sqlite_scans_stat_and_header_reads_never_pile_up_behind_the_dead_server(stopped, scan_while_stopped):
+    lab, mounts = stopped
+    result = lab.vm.python(REPEATED_SCANS, timeout=600, check=False)
+    # The process returns, and exits: a call stuck in the kernel holds a daemon thread, never the scan or the exit.
+    assert result.ok, f"timed out: {result.timed_out}; {result.stderr[-2000:]}"
+    runs = json.loads(result.stdout)
+    # One call at most stays stuck on the dead server's superblock, and later scans add none: no pile-up.
+    assert 1 <= runs[0]["stuck"] <= 2 and runs[0]["stuck"] == runs[1]["stuck"] == runs[2]["stuck"], runs
+    assert runs[0]["threads"] == runs[1]["threads"] == runs[2]["threads"], runs
+    assert runs[0]["stalled"] >= 1 and runs[2]["stalled"] > runs[0]["stalled"], runs
+    # The locked databases are still found from /proc/locks and fdinfo, which never ask the server.
+    assert {f"{mounts['hard']}/rollback.db", f"{mounts['hard']}/wal.db"} <= set(runs[2]["paths"]), runs
 
 
 def test_the_server_is_seen_again_once_it_answers(stopped, scan_while_stopped):

@@ -201,15 +201,16 @@ def test_pvc_denial_is_a_403_admission_error(cluster):
                                  "StorageClass efs-sc: use storageClassName importer-scratch-v1")
 
 
-def test_nothing_is_said_until_the_indexes_are_filled(cluster):
-    assert validate_pvc(pvc("importer", "efs-sc"), cluster, memo(ready=False)) == []
+def test_until_the_indexes_are_filled_the_review_fails_for_the_failure_policy_to_decide(cluster):
+    with pytest.raises(admission.ReviewUnavailable, match="still filling"):
+        validate_pvc(pvc("importer", "efs-sc"), cluster, memo(ready=False))
 
 
-def test_a_failing_review_allows_the_request_and_logs_why(cluster, caplog):
+def test_a_failing_review_fails_and_logs_why(cluster, caplog):
     cluster.indexers["profiles_by_name"].replace(("", "broken", "uid"), {"broken": "not a profile entry"})
-    with caplog.at_level(logging.ERROR):
-        assert validate_pvc(pvc("web", "efs-sc"), cluster, memo()) == []
-    assert "the review failed; allowing the request" in caplog.text
+    with caplog.at_level(logging.ERROR), pytest.raises(admission.ReviewUnavailable, match="could not review"):
+        validate_pvc(pvc("web", "efs-sc"), cluster, memo())
+    assert "the review failed (this is mountwarden's bug)" in caplog.text
 
 
 def validate_profile(body: dict, indexes: Indexes, *, operation="CREATE", old: dict | None = None) -> list[str]:

@@ -164,13 +164,14 @@ def test_the_report_webhook_fails_closed_and_concerns_only_the_agent():
 
 def test_locally_the_report_webhook_joins_the_configuration_only_with_an_agent_account():
     server = {"url": "https://127.0.0.1:4443"}
-    names = [h["name"] for h in render_configuration(server, excluded=["kube-system"], agent_username=AGENT)["webhooks"]]
+    rendered = render_configuration(server, excluded=["kube-system"], agent_username=AGENT, fail_closed=False)
+    names = [h["name"] for h in rendered["webhooks"]]
     assert names == ["pvc.mountwarden.io", "storageprofile.mountwarden.io", "nodemountreport.mountwarden.io"]
-    assert len(render_configuration(server, excluded=["kube-system"])["webhooks"]) == 2
+    assert len(render_configuration(server, excluded=["kube-system"], fail_closed=False)["webhooks"]) == 2
 
 
 def test_in_a_cluster_the_webhooks_go_through_the_service():
-    body = render_configuration(SERVICE, excluded=["kube-system", "mw"], agent_username=AGENT)
+    body = render_configuration(SERVICE, excluded=["kube-system", "mw"], agent_username=AGENT, fail_closed=True)
     assert [h["clientConfig"] for h in body["webhooks"]] == [
         {"service": {"namespace": "mw", "name": "mw-webhook", "port": 443, "path": f"/{path}"}, "caBundle": "Q0E="}
         for path in ("pvc", "storageprofile", "nodemountreport")]

@@ -1,7 +1,16 @@
-"""The ValidatingWebhookConfiguration the operator registers when it runs outside a cluster."""
+"""The ValidatingWebhookConfiguration the operator registers when it runs outside a cluster, and how a failed
+review reaches the API server."""
 
-from mountwarden.adapters.webhookconfig import excluded_namespaces, render_configuration
-from mountwarden.core.admission import ProfileEntry
+import asyncio
+
+import aiohttp.web
+import pytest
+
+from mountwarden.adapters.webhookconfig import (
+    excluded_namespaces,
+    failures_as_http_errors,
+    render_configuration,
+)
 
 SERVER = {"url": "https://127.0.0.1:40123", "caBundle": "Q0E="}
 NOT_SYSTEM = {"matchExpressions": [
@@ -26,7 +35,7 @@ PVC_RULE = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["persistentv
 
 
 def test_every_pvc_and_profile_goes_through_webhooks_that_never_block():
-    body = render_configuration(SERVER, excluded=excluded_namespaces("mountwarden"))
+    body = render_configuration(SERVER, excluded=excluded_namespaces("mountwarden"), fail_closed=False)
     assert body["metadata"]["name"] == "mountwarden.io"
     assert body["webhooks"] == [
         {**common("pvc.mountwarden.io", "pvc", "Ignore"), "rules": [PVC_RULE], "namespaceSelector": NOT_SYSTEM},
@@ -36,24 +45,37 @@ def test_every_pvc_and_profile_goes_through_webhooks_that_never_block():
     ]
 
 
-def test_each_deny_profile_gets_a_failing_webhook_scoped_by_its_own_selectors():
-    importer = ProfileEntry("importer-scratch", "efs.csi.aws.com", enforcement="deny",
-                            namespace_selector={"matchLabels": {"team": "importer"},
-                                                "matchExpressions": [{"key": "tier", "operator": "Exists"}]},
-                            pvc_selector={"matchLabels": {"app": "db"}})
-    uploads = ProfileEntry("uploads", "efs.csi.aws.com", enforcement="deny", pvc_selector={"matchLabels": {"a": "b"}})
-    body = render_configuration(SERVER, excluded=excluded_namespaces("mountwarden"), enforcing=[importer, uploads])
-    assert body["webhooks"][2:] == [
-        {**common("importer-scratch.enforce.mountwarden.io", "pvc", "Fail"), "rules": [PVC_RULE],
-         "namespaceSelector": {"matchLabels": {"team": "importer"}, "matchExpressions": [
-             {"key": "tier", "operator": "Exists"}, *NOT_SYSTEM["matchExpressions"]]},
-         "objectSelector": {"matchLabels": {"app": "db"}}},
-        {**common("uploads.enforce.mountwarden.io", "pvc", "Fail"), "rules": [PVC_RULE],
-         "namespaceSelector": NOT_SYSTEM, "objectSelector": {"matchLabels": {"a": "b"}}},
-    ]
+def test_locally_nothing_fails_closed_not_even_the_report_check():
+    """A process outside the cluster can die without withdrawing anything: nothing it leaves may block."""
+    body = render_configuration(SERVER, excluded=excluded_namespaces("mountwarden"),
+                                agent_username="system:serviceaccount:mw:agent", fail_closed=False)
+    assert [(hook["name"], hook["failurePolicy"]) for hook in body["webhooks"]] == [
+        ("pvc.mountwarden.io", "Ignore"), ("storageprofile.mountwarden.io", "Ignore"),
+        ("nodemountreport.mountwarden.io", "Ignore")]
 
 
 def test_without_an_own_namespace_only_kube_system_is_left_out():
     assert excluded_namespaces(None) == ["kube-system"]
-    body = render_configuration(SERVER, excluded=excluded_namespaces(None))
+    body = render_configuration(SERVER, excluded=excluded_namespaces(None), fail_closed=False)
     assert body["webhooks"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system"]
+
+
+def answered(response: dict):
+    async def review(request, **_):
+        return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+
+    return asyncio.run(failures_as_http_errors(review)({"request": {}}, webhook="pvc"))
+
+
+def test_a_failed_review_is_an_http_error_so_that_the_failure_policy_applies():
+    with pytest.raises(aiohttp.web.HTTPInternalServerError) as raised:
+        answered({"uid": "1", "allowed": False, "status": {"code": 500, "message": "RuntimeError('bug')"}})
+    assert raised.value.text == "RuntimeError('bug')"
+
+
+@pytest.mark.parametrize("response", [
+    {"uid": "1", "allowed": True, "warnings": ["a warning"]},
+    {"uid": "1", "allowed": False, "status": {"code": 403, "message": "a deny profile refuses"}},
+])
+def test_verdicts_pass_unchanged(response):
+    assert answered(response)["response"] == response

@@ -159,3 +159,17 @@ def test_agent_once_exits_1_when_the_scan_fails(tmp_path):
 
     assert result.exit_code == 1
     assert result.stdout == ""
+
+
+def test_without_the_sqlite_scan_the_agent_reads_no_other_process(tmp_path):
+    """--no-sqlite-scan (the chart's agent.readOtherProcesses=false): no finding, whatever /proc/locks says."""
+    from tests.unit.test_agent_faults import node as node_with_a_sqlite_lock
+
+    assembled = node_with_a_sqlite_lock(tmp_path)
+    scanned = run("agent", "--node-name", "n", "--proc-root", assembled.path, "--once", "--dry-run")
+    assert scanned.exit_code == 0, scanned.output
+    assert len(json.loads(scanned.stdout)["spec"]["sqlite"]) == 1
+    unprivileged = run("agent", "--node-name", "n", "--proc-root", assembled.path, "--once", "--dry-run",
+                       "--no-sqlite-scan")
+    assert unprivileged.exit_code == 0, unprivileged.output
+    assert json.loads(unprivileged.stdout)["spec"].get("sqlite", []) == []

@@ -34,7 +34,15 @@ def indexes():
                              "pv-b": [{"claim": ("data", "b"), "storageClass": "staging-v1"}]},
         "classes_by_name": {"scratch-v1": [ClassEntry("scratch-v1", "efs.csi.aws.com", profile="scratch")],
                             "staging-v1": [ClassEntry("staging-v1", "efs.csi.aws.com", profile="staging")]},
+        "nodes_by_pod": {"uid-a": ["node-1"], "uid-b": ["node-2"]},
     }
+
+
+def test_a_node_cannot_attribute_its_traffic_to_another_nodes_pod():
+    forged = indexes()
+    forged["reports_by_node"]["node-2"] = [report("node-2", "uid-a", "pv-a", 10**9)]  # uid-a runs on node-1
+    (top,) = consumers_on(FS, [TARGET], **forged).top
+    assert top.node == "node-1" and top.pods == ("data/importer-0",)
 
 
 def test_the_consumers_of_every_profile_on_the_file_system_are_named():

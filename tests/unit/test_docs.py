@@ -51,3 +51,13 @@ def test_every_entry_says_what_to_do():
     for entry in entries:
         title, _, body = entry.partition("\n")
         assert len(body.split()) >= 8, f"the runbook entry {title} is too thin to act on"
+
+
+def test_every_test_the_threat_model_names_exists():
+    """docs/security.md backs each line with tests, by path::name: they must be there."""
+    security = (ROOT / "docs" / "security.md").read_text()
+    named = set(re.findall(r"`((?:tests|e2e)/[\w/]+\.py)::(\w+)`", security))
+    assert len(named) >= 30
+    missing = [f"{path}::{test}" for path, test in sorted(named)
+               if not re.search(rf"^def {test}\(", (ROOT / path).read_text(), re.MULTILINE)]
+    assert not missing, f"docs/security.md names tests that do not exist: {missing}"

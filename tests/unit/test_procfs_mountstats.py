@@ -461,3 +461,12 @@ def test_real_lines_cut_and_spliced_never_raise(pieces):
     for device in result.devices:
         for operation in device.operations.values():
             assert min(operation.ops, operation.queue_ms, operation.rtt_ms, operation.execute_ms) >= 0
+
+
+def test_the_mount_list_of_two_reads_ignores_the_counters_that_always_move():
+    from mountwarden.core.procfs import mounted_devices
+
+    first = "device a:/x mounted on /m with fstype nfs4 statvers=1.1\n\tage:\t10\n"
+    later = "device a:/x mounted on /m with fstype nfs4 statvers=1.1\n\tage:\t11\n"
+    assert mounted_devices(first) == mounted_devices(later) == ["device a:/x mounted on /m with fstype nfs4 statvers=1.1"]
+    assert mounted_devices(first + "device b:/y mounted on /n with fstype nfs4 statvers=1.1\n") != mounted_devices(first)

@@ -12,6 +12,7 @@ import pytest
 from mountwarden.api.storageprofile import RolloutStatus
 from mountwarden.core.rollout import (
     Autoscaler,
+    DisruptionBudget,
     NodeReport,
     PatchVolume,
     Pod,
@@ -72,7 +73,7 @@ def pod(workload: str, index: int, node: str = "n1", *, ready: bool = True, term
         started: datetime | None = EARLIER, owner: WorkloadRef | None = None) -> Pod:
     owner = owner if owner is not None else WorkloadRef("ReplicaSet", NS, f"{workload}-rs")
     return Pod(NS, f"{workload}-{index}", f"uid-{workload}-{index}", node, "Running", ready, terminating, started,
-               {workload: "data"}, owner)
+               {workload: "data"}, owner, {"app": workload})
 
 
 def point(p: Pod) -> str:
@@ -88,11 +89,16 @@ def report(node: str, *mounts: ReportedMount, scanned: datetime = NOW) -> NodeRe
     return NodeReport(node, scanned, tuple(mounts))
 
 
-def world(volumes=(), pods=(), workloads=(), reports=(), autoscalers=(), parents=None) -> World:
+def world(volumes=(), pods=(), workloads=(), reports=(), autoscalers=(), parents=None, budgets=()) -> World:
     if parents is None:
         parents = {WorkloadRef("ReplicaSet", NS, f"{w.ref.name}-rs"): w.ref for w in workloads}
     return World(tuple(volumes), tuple(pods), tuple(workloads), parents, tuple(autoscalers),
-                 {r.node: r for r in reports})
+                 {r.node: r for r in reports}, tuple(budgets))
+
+
+def budget(name: str, app: str = "a", allowed: int = 0, observed: bool = True) -> DisruptionBudget:
+    return DisruptionBudget(NS, name, {"matchLabels": {"app": app}}, allowed, desired_healthy=2, current_healthy=2,
+                            observed=observed)
 
 
 def step(w: World, previous: dict | None = None, t: Target | None = None, now: datetime = NOW):
@@ -225,12 +231,72 @@ def test_a_replica_that_kept_an_old_superblock_alone_is_remounted():
     assert line(result)["remounts"] == 1 and "verifyingSince" not in line(result)
 
 
-def test_replicas_sharing_an_old_superblock_among_themselves_are_remounted_together():
-    workload, pods, _ = rolled_out()
+def test_replicas_sharing_an_old_superblock_among_themselves_are_evicted_one_at_a_time_oldest_first():
+    workload, _, _ = rolled_out()
+    pods = [pod("a", 0, started=NOW - timedelta(minutes=1)), pod("a", 1, started=EARLIER)]
     node = report("n1", mount(pods[0], COHERENT, "0:60", [point(pods[1])]),
                   mount(pods[1], COHERENT, "0:60", [point(pods[0])]))
     result = step(world([patched("a")], pods, [workload], [node]))
-    assert result.actions == (RemountPod(NS, "a-0", "uid-a-0"), RemountPod(NS, "a-1", "uid-a-1"))
+    assert result.actions == (RemountPod(NS, "a-1", "uid-a-1"),)
+    assert (line(result)["state"], line(result)["reason"], line(result)["pod"]) == ("Restarting", "Remounting", "a-1")
+    assert line(result)["remounts"] == 1 and "1 more replica(s) after its replacement is Ready" in line(result)["message"]
+    assert [e.message for e in result.events if e.reason == "RemountingPod"] == [
+        "evicting pod shop/a-1 so that it mounts afresh"]
+
+
+def test_the_next_stale_replica_waits_until_the_evicted_ones_replacement_is_ready():
+    workload, _, _ = rolled_out()
+    kept, replacement = pod("a", 0), pod("a", 2, ready=False, started=NOW)
+    node = report("n1", mount(kept, COHERENT, "0:60"), mount(replacement))
+    before = was("a", "Restarting", reason="Remounting", pod="a-1", node="n1", remounts=1)
+    result = step(world([patched("a")], [kept, replacement], [workload], [node]), previous_with(before))
+    assert result.actions == ()
+    assert (line(result)["state"], line(result)["reason"]) == ("Verifying", "WaitingForReplicas")
+    # Ready now: the next one goes.
+    ready_now = replace(replacement, ready=True)
+    result = step(world([patched("a")], [kept, ready_now], [workload], [node]), previous_with(before))
+    assert result.actions == (RemountPod(NS, "a-0", "uid-a-0"),) and line(result)["remounts"] == 2
+
+
+def test_a_budget_that_allows_no_disruption_leaves_the_workload_waiting_with_the_budget_named():
+    workload, pods, _ = rolled_out()
+    node = report("n1", mount(pods[0]), mount(pods[1], COHERENT))
+    b_pods = [pod("b", 0), pod("b", 1)]
+    result = step(world([patched("a"), patched("b")], [*pods, *b_pods], [workload, deployment("b")], [node],
+                        budgets=[budget("a-pdb")]))
+    assert result.actions == ()
+    assert (line(result)["state"], line(result)["reason"], line(result)["pod"]) == ("Waiting", "DisruptionBudget", "a-1")
+    assert "PodDisruptionBudget shop/a-pdb refuses to let pod shop/a-1 be evicted" in line(result)["message"]
+    assert "2 healthy, 2 needed" in line(result)["message"]
+    # It keeps its slot: the next workload is not started meanwhile.
+    assert (line(result, "b")["state"], line(result, "b")["reason"]) == ("Pending", "Queued")
+    assert not any(isinstance(action, RestartWorkload) for action in result.actions)
+    assert result.status["phase"] == "Waiting" and "PodDisruptionBudget shop/a-pdb" in result.status["message"]
+    assert [(e.warning, e.reason) for e in result.events if e.warning] == [(True, "DisruptionBudget")]
+    # Once the budget allows a disruption, the replica is evicted.
+    result = step(world([patched("a")], pods, [workload], [node], budgets=[budget("a-pdb", allowed=1)]),
+                  previous_with(was("a", "Waiting", reason="DisruptionBudget")))
+    assert result.actions == (RemountPod(NS, "a-1", "uid-a-1"),)
+
+
+@pytest.mark.parametrize(("budgets", "named"), [
+    ([budget("a-pdb", allowed=1, observed=False)], "does not reflect its current spec"),
+    ([budget("one", allowed=1), budget("two", allowed=1)], "more than one budget covers"),
+])
+def test_budgets_the_eviction_api_refuses_for_other_reasons_leave_it_waiting_too(budgets, named):
+    workload, pods, _ = rolled_out()
+    node = report("n1", mount(pods[0]), mount(pods[1], COHERENT))
+    result = step(world([patched("a")], pods, [workload], [node], budgets=budgets))
+    assert result.actions == () and line(result)["reason"] == "DisruptionBudget" and named in line(result)["message"]
+
+
+def test_a_budget_of_other_pods_or_selecting_nothing_holds_nothing_back():
+    workload, pods, _ = rolled_out()
+    node = report("n1", mount(pods[0]), mount(pods[1], COHERENT))
+    others = [budget("other", app="b"), DisruptionBudget(NS, "none", None, 0),
+              DisruptionBudget("elsewhere", "all", {}, 0)]
+    assert step(world([patched("a")], pods, [workload], [node], budgets=others)).actions == (
+        RemountPod(NS, "a-1", "uid-a-1"),)
 
 
 def test_a_csi_staging_mount_on_the_superblock_is_not_another_consumer():

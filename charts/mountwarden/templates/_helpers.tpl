@@ -50,3 +50,21 @@ imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}
+
+{{/*
+The agent's capabilities: exactly what its enabled features need (docs/security.md).
+- readOtherProcesses (SQLite detection): other processes' /proc/<pid>/fd, fdinfo and maps need ptrace read
+  access (SYS_PTRACE), and their fd directories, mode 0500 of the process's user, DAC_READ_SEARCH.
+- probeServers (serverResponding): statvfs() of each mount through /proc/1/root, a link only ptrace read
+  access to pid 1 may follow (SYS_PTRACE).
+*/}}
+{{- define "mountwarden.agentCapabilities" -}}
+{{- $caps := list -}}
+{{- if or .Values.agent.readOtherProcesses .Values.agent.probeServers -}}
+{{- $caps = append $caps "SYS_PTRACE" -}}
+{{- end -}}
+{{- if .Values.agent.readOtherProcesses -}}
+{{- $caps = append $caps "DAC_READ_SEARCH" -}}
+{{- end -}}
+{{- toJson $caps -}}
+{{- end -}}

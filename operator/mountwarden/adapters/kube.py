@@ -6,7 +6,7 @@ for watching.
 """
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 import kubernetes
@@ -83,36 +83,38 @@ class StorageClasses:
 
 
 class ProfileConditions:
-    """Writes one condition of a StorageProfile without losing the others'.
+    """Writes one condition of a StorageProfile by server-side apply, never touching the others'.
 
-    Several handlers own conditions of one profile (Ready, CreditsDraining,
-    Compliant) and a merge patch replaces the whole list, so each write reads the
-    current list and patches it under the object's resourceVersion, retrying on
-    conflict.
+    Several handlers own conditions of one profile (Ready, Compliant, CreditsDraining).
+    The CRD declares status.conditions a list-map keyed by type, so each writer applies
+    only its own entry under a field manager of its own (``mountwarden-<writer>``) and
+    the API server merges: no read first, no resourceVersion, no retry on conflict.
+    A writer applies the same set of fields every time: a field it applied once and
+    leaves out later would be removed.
     """
 
-    def __init__(self, client: ApiClient, group: str, version: str, plural: str) -> None:
+    def __init__(self, client: ApiClient, group: str, version: str, plural: str, kind: str) -> None:
         self.api = kubernetes.client.CustomObjectsApi(client)
         self.resource = (group, version, plural)
+        self.api_version, self.kind = f"{group}/{version}", kind
 
     def set(self, name: str, type_: str, status: str, reason: str, message: str, generation: int | None,
-            *, also: dict | None = None, attempts: int = 5) -> None:
-        """Set one condition; ``also`` are status fields written in the same patch, so that nobody
-        sees the condition without the fields it speaks of (Ready without storageClassName)."""
-        for attempt in range(attempts):
-            with transient_errors():
-                current = self.api.get_cluster_custom_object(*self.resource, name)
-            conditions = (current.get("status") or {}).get("conditions") or []
-            updated = set_condition(list(conditions), type_, status, reason, message, generation)
-            unchanged = all((current.get("status") or {}).get(key) == value for key, value in (also or {}).items())
-            if updated == conditions and unchanged:
-                return
-            body = {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
-                    "status": {**(also or {}), "conditions": updated}}
-            try:
-                with transient_errors():
-                    self.api.patch_cluster_custom_object_status(*self.resource, name, body)
-                return
-            except TransientApiError as error:
-                if error.status != 409 or attempt == attempts - 1:
-                    raise
+            *, writer: str, current: Mapping | None, also: dict | None = None) -> None:
+        """Set one condition; ``also`` are status fields the same writer applies in the same request, so that
+        nobody sees the condition without the fields it speaks of (Ready without storageClassName).
+
+        ``current`` is the profile's status as the handler was given it: lastTransitionTime is kept from it while
+        the condition's status stays, and nothing is written when nothing would change.
+        """
+        current = current or {}
+        conditions = list(current.get("conditions") or [])
+        updated = set_condition(conditions, type_, status, reason, message, generation)
+        condition = next(c for c in updated if c["type"] == type_)
+        if condition in conditions and all(current.get(key) == value for key, value in (also or {}).items()):
+            return
+        body = {"apiVersion": self.api_version, "kind": self.kind, "metadata": {"name": name},
+                "status": {**(also or {}), "conditions": [condition]}}
+        with transient_errors():
+            self.api.patch_cluster_custom_object_status(
+                *self.resource, name, body, field_manager=f"mountwarden-{writer}", force=True,
+                _content_type="application/apply-patch+yaml")

@@ -9,12 +9,14 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mountwarden.adapters.bounded import BoundedCalls
 from mountwarden.core.procfs import (
     CgroupResult,
     LocksResult,
     MapsResult,
     MountinfoResult,
     MountstatsResult,
+    mounted_devices,
     parse_cgroup,
     parse_locks,
     parse_maps,
@@ -22,12 +24,17 @@ from mountwarden.core.procfs import (
     parse_mountstats,
 )
 
+#: Reads of the mount table before it is taken as it is: k8s.io/mount-utils's maxListTries for the same
+#: consistent read of /proc/self/mountinfo (mount_helper_unix.go, with k8s.io/utils/io.ConsistentRead).
+MAX_MOUNT_TABLE_READS = 10
+
 
 @dataclass
 class ReadCounters:
     vanished: int = 0  # entries that disappeared mid-scan (processes exiting)
     forbidden: int = 0  # entries we may not read (needs CAP_SYS_PTRACE / CAP_DAC_READ_SEARCH)
-    stalled: int = 0  # stat() calls abandoned after a timeout (a network server not answering)
+    stalled: int = 0  # calls that reach a network server (stat, header reads) abandoned or not made: it does not answer
+    inconsistent: int = 0  # mount tables taken as they were after MAX_MOUNT_TABLE_READS reads that did not agree
 
     def note(self, error: OSError) -> None:
         if isinstance(error, PermissionError):
@@ -42,6 +49,9 @@ class ProcRoot:
 
     path: Path
     counters: ReadCounters = field(default_factory=ReadCounters)
+    #: Calls that reach an NFS server through this proc root (statvfs of a mount, stat and reads of a process's
+    #: files), each with a timeout and never more than one stuck per server: shared by every scan.
+    calls: BoundedCalls = field(default_factory=BoundedCalls, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.path = Path(self.path)
@@ -59,6 +69,28 @@ class ProcRoot:
 
     def mountstats(self, pid: int | str = 1) -> MountstatsResult:
         return parse_mountstats(self._text(pid, "mountstats") or "")
+
+    def mount_tables(self, pid: int | str = 1) -> tuple[MountinfoResult, MountstatsResult]:
+        """mountinfo and mountstats of one moment, for the node scan to pair block by block.
+
+        Each file is read whole with one read() per page, so a mount made or removed meanwhile
+        can tear it, and the two files are read one after the other, so they can describe two
+        mount tables. Both are read again until two consecutive rounds agree (mountinfo to
+        the byte, mountstats on its list of mounts: its counters always move): the second
+        round then lies between two reads of the same table. As the kubelet does, after
+        MAX_MOUNT_TABLE_READS rounds the last one is taken (counted in ``inconsistent``);
+        pair_mountstats still refuses a block whose source or fstype disagree.
+        """
+        info, stats = self._text(pid, "mountinfo"), self._text(pid, "mountstats")
+        for _ in range(MAX_MOUNT_TABLE_READS - 1):
+            info_again, stats_again = self._text(pid, "mountinfo"), self._text(pid, "mountstats")
+            agree = info_again == info and mounted_devices(stats_again or "") == mounted_devices(stats or "")
+            info, stats = info_again, stats_again
+            if agree:
+                break
+        else:
+            self.counters.inconsistent += 1
+        return parse_mountinfo(info or ""), parse_mountstats(stats or "")
 
     def locks(self) -> LocksResult:
         return parse_locks(self._text("locks") or "")

@@ -5,7 +5,11 @@ Modes (``--webhook-mode``):
 - ``local``: serve on 127.0.0.1 (or ``--webhook-host``) with a CA and certificate
   made at start, and register the ValidatingWebhookConfiguration ourselves,
   pointing at that address; withdraw it on a clean exit. One command then gives
-  the whole behaviour against a dev cluster.
+  the whole behaviour against a dev cluster. Every webhook registered this way is
+  failurePolicy Ignore, deny profiles' included: a lone process outside the
+  cluster can be killed (``kill -9``, a closed laptop) without a chance to
+  withdraw anything, and nothing restarts it, so whatever it registered must
+  block nobody once it is gone. Denials hold while it answers.
 - ``cluster``: serve on 0.0.0.0 with the certificate mounted in
   ``--webhook-cert-dir``; the Helm chart owns the configuration (and its
   caBundle, or cert-manager does). The per-profile deny webhooks below depend
@@ -24,17 +28,25 @@ handler; the configuration here needs all three to be otherwise:
   must not stop anyone creating a PVC. StorageProfiles are Ignore too: a profile
   admitted while the operator is down is still checked by the reconciler, which
   refuses an invalid spec and says why in its Ready condition.
-- one more webhook per profile with ``enforcement: deny``, failurePolicy Fail,
-  scoped by that profile's own selectors: only the PVCs a deny profile governs
-  are refused while the webhook cannot answer, everyone else goes through.
+- in a cluster, one more webhook per profile with ``enforcement: deny``,
+  failurePolicy Fail, scoped by that profile's own selectors: only the PVCs a
+  deny profile governs are refused while the webhook cannot answer, everyone
+  else goes through. Fail-closed webhooks only where a Deployment keeps
+  replicas behind a Service.
 - timeoutSeconds 3: the answer comes from memory in well under a millisecond; a
   longer wait only delays PVC creation when the operator hangs.
 - a namespaceSelector that leaves out kube-system and the operator's own
   namespace, so that neither waits on mountwarden.
-- with an agent service account (``--agent-service-account``): a failurePolicy
-  Fail webhook on NodeMountReports, which a matchCondition limits to that
-  service account's requests: the agent may write only its own node's report
-  (mountwarden.core.admission.review_report_write); nobody else's writes call it.
+- with an agent service account (``--agent-service-account``): a webhook on
+  NodeMountReports (failurePolicy Fail in a cluster, Ignore locally), which a
+  matchCondition limits to that service account's requests: the agent may write
+  only its own node's report (mountwarden.core.admission.review_report_write);
+  nobody else's writes call it.
+
+A review that fails inside the operator (a bug, or indexes not filled yet) is
+answered with an HTTP error, never with a verdict: the API server then applies
+the failurePolicy of the webhook that called, so a claim only a warning webhook
+sees goes through, and one a deny profile's webhook sees is refused.
 
 kopf's webhook server re-reads its certificate files every ``file_check_interval``
 seconds and restarts on a change (rotation by cert-manager, or by anyone in local
@@ -52,6 +64,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 
+import aiohttp.web
 import kopf
 import kubernetes
 from kubernetes.client import ApiClient, ApiException
@@ -134,9 +147,11 @@ def _webhook(name: str, client_config: Mapping, handler: str, rule: dict, failur
     }
 
 
-def report_webhook(client_config: Mapping, agent_username: str) -> dict:
-    """failurePolicy Fail: a security check. The matchCondition keeps everyone but the agent from calling it."""
-    report = _webhook(f"{REPORT_WEBHOOK}.{CONFIGURATION_NAME}", client_config, REPORT_WEBHOOK, _REPORT_RULE, "Fail")
+def report_webhook(client_config: Mapping, agent_username: str, *, fail_closed: bool = True) -> dict:
+    """A security check, failurePolicy Fail where replicas serve it. The matchCondition keeps everyone but the agent
+    from calling it."""
+    report = _webhook(f"{REPORT_WEBHOOK}.{CONFIGURATION_NAME}", client_config, REPORT_WEBHOOK, _REPORT_RULE,
+                      "Fail" if fail_closed else "Ignore")
     report["matchConditions"] = [
         {"name": "node-agent", "expression": f"request.userInfo.username == {json.dumps(agent_username)}"},
     ]
@@ -171,10 +186,13 @@ def _configuration(name: str, webhooks: list[dict], labels: Mapping[str, str] | 
 
 
 def render_configuration(
-    client_config: Mapping, *, excluded: Sequence[str], enforcing: Sequence[ProfileEntry] = (),
-    agent_username: str | None = None,
+    client_config: Mapping, *, excluded: Sequence[str], agent_username: str | None = None, fail_closed: bool,
 ) -> dict:
-    """The ValidatingWebhookConfiguration for the server at ``client_config`` (kopf's url and caBundle)."""
+    """The ValidatingWebhookConfiguration for the server at ``client_config`` (kopf's url and caBundle).
+
+    ``fail_closed``: the report check is failurePolicy Fail; only where replicas behind a Service answer (the
+    chart renders this one). Without it (one process outside the cluster) every webhook is Ignore.
+    """
     pvc = _webhook(f"{PVC_WEBHOOK}.{CONFIGURATION_NAME}", client_config, PVC_WEBHOOK, _PVC_RULE, "Ignore")
     pvc["namespaceSelector"] = _excluding(None, excluded)
     webhooks = [
@@ -182,8 +200,7 @@ def render_configuration(
         _webhook(f"{PROFILE_WEBHOOK}.{CONFIGURATION_NAME}", client_config, PROFILE_WEBHOOK, _PROFILE_RULE, "Ignore"),
     ]
     if agent_username is not None:
-        webhooks.append(report_webhook(client_config, agent_username))
-    webhooks.extend(enforce_webhooks(client_config, excluded=excluded, enforcing=enforcing))
+        webhooks.append(report_webhook(client_config, agent_username, fail_closed=fail_closed))
     return _configuration(CONFIGURATION_NAME, webhooks, {"app.kubernetes.io/managed-by": "mountwarden"})
 
 
@@ -202,10 +219,12 @@ class WebhookRegistrar:
     Called from kopf's event loop (a new client config) and from handler threads
     (profiles changed); applies only when the rendered configuration changes.
 
-    Locally it owns the whole configuration. In a cluster (``enforcement_configuration``
-    given) it owns only the deny webhooks, in the configuration of that name, and
-    writes them only once it has seen the profiles and while ``is_active()``: a
-    standby replica knows no profiles and must not empty what the active one wrote.
+    Locally it owns the whole configuration, failurePolicy Ignore throughout: deny
+    profiles' denials come from the PVC webhook while the process answers. In a
+    cluster (``enforcement_configuration`` given) it owns only the deny webhooks
+    (failurePolicy Fail), in the configuration of that name, and writes them only
+    once it has seen the profiles and while ``is_active()``: a standby replica knows
+    no profiles and must not empty what the active one wrote.
     """
 
     def __init__(self, client: ApiClient, excluded: Sequence[str], *, agent_username: str | None = None,
@@ -220,6 +239,8 @@ class WebhookRegistrar:
         self._client_config: Mapping | None = None
         self._enforcing: list[ProfileEntry] | None = None if enforcement_configuration else []
         self._applied: dict | None = None
+        #: Withdrawn on the way out: a profile event handled meanwhile must not register it again.
+        self._closed = False
 
     @property
     def name(self) -> str:
@@ -246,12 +267,12 @@ class WebhookRegistrar:
         if self.enforcement_configuration:
             return render_enforcement(self._client_config, name=self.enforcement_configuration,
                                       excluded=self.excluded, enforcing=enforcing)
-        return render_configuration(self._client_config, excluded=self.excluded, enforcing=enforcing,
-                                    agent_username=self.agent_username)
+        return render_configuration(self._client_config, excluded=self.excluded, agent_username=self.agent_username,
+                                    fail_closed=False)
 
     def _apply(self) -> None:
-        if self._client_config is None or self._enforcing is None:
-            return  # not serving yet (nothing to point the API server at), or the profiles are not known yet
+        if self._client_config is None or self._enforcing is None or self._closed:
+            return  # not serving (yet, or any more), or the profiles are not known yet
         body = self._render(self._enforcing)
         if body == self._applied or not self.is_active():
             return
@@ -262,13 +283,18 @@ class WebhookRegistrar:
             _content_type="application/apply-patch+yaml",
         )
         self._applied = body
-        where = self._client_config.get("url") or "the webhook Service"
-        logger.info(f"registered ValidatingWebhookConfiguration {self.name} at {where} "
-                    f"({len(self._enforcing)} deny profile(s) enforced with failurePolicy Fail)")
+        if self.enforcement_configuration:
+            logger.info(f"registered ValidatingWebhookConfiguration {self.name} through the webhook Service "
+                        f"({len(self._enforcing)} deny profile(s) enforced with failurePolicy Fail)")
+        else:
+            logger.info(f"registered ValidatingWebhookConfiguration {self.name} at {self._client_config.get('url')} "
+                        "(failurePolicy Ignore: deny profiles are enforced while this process answers; once it is "
+                        "gone, even by kill -9, nothing waits on it)")
 
     def withdraw(self) -> None:
         """Remove the configuration: a stopped local operator leaves nothing that points at it."""
         with self._lock:
+            self._closed = True
             if self._applied is None:
                 return
             try:
@@ -280,8 +306,37 @@ class WebhookRegistrar:
             logger.info(f"withdrew ValidatingWebhookConfiguration {self.name}")
 
 
-class RegisteringWebhookServer(kopf.WebhookServer):
-    """kopf's HTTPS server that also registers itself, at start and after every certificate change."""
+def failures_as_http_errors(fn: Callable) -> Callable:
+    """kopf's webhook function, with a failed review turned from a verdict into an HTTP 500.
+
+    kopf answers a handler's unexpected exception with ``allowed: false`` and code 500, a
+    denial the API server obeys whatever the webhook's failurePolicy. As an HTTP error
+    it is a failure to call the webhook instead, and the failurePolicy applies: a
+    warning webhook (Ignore) lets the request through, a deny profile's (Fail) refuses.
+    Denials mountwarden means (kopf.AdmissionError, code 403) pass unchanged.
+    """
+
+    async def serve(request: Mapping, **kwargs) -> Mapping:
+        answer = await fn(request, **kwargs)
+        response = answer.get("response") or {}
+        status = response.get("status") or {}
+        if not response.get("allowed", True) and int(status.get("code") or 0) >= 500:
+            raise aiohttp.web.HTTPInternalServerError(text=str(status.get("message") or "the review failed"))
+        return answer
+
+    return serve
+
+
+class WebhookServer(kopf.WebhookServer):
+    """kopf's HTTPS server, answering a failed review with an HTTP error (see failures_as_http_errors)."""
+
+    async def __call__(self, fn) -> AsyncIterator[dict]:
+        async for client_config in super().__call__(failures_as_http_errors(fn)):
+            yield client_config
+
+
+class RegisteringWebhookServer(WebhookServer):
+    """The HTTPS server that also registers itself, at start and after every certificate change."""
 
     def __init__(self, *, registrar: WebhookRegistrar, scratch: tempfile.TemporaryDirectory | None = None,
                  **kwargs) -> None:
@@ -329,7 +384,7 @@ def local_server(registrar: WebhookRegistrar, *, host: str, port: int | None, ce
     )
 
 
-class EnforcingWebhookServer(kopf.WebhookServer):
+class EnforcingWebhookServer(WebhookServer):
     """In a cluster: kopf's server, handing the deny webhooks' registrar the Service and the current caBundle.
 
     Nothing is withdrawn on exit: another replica takes over, and Helm deletes the configuration on uninstall.
@@ -353,13 +408,13 @@ class EnforcingWebhookServer(kopf.WebhookServer):
 
 
 def cluster_server(*, port: int | None, cert_dir: str | None, registrar: WebhookRegistrar | None = None,
-                   service: Mapping | None = None) -> kopf.WebhookServer:
+                   service: Mapping | None = None) -> WebhookServer:
     paths = certs.require(Path(cert_dir or DEFAULT_CLUSTER_CERT_DIR))
     options = dict(addr="0.0.0.0", port=port or CLUSTER_PORT, certfile=paths.cert, pkeyfile=paths.key,
                    cafile=paths.ca)
     if registrar is not None and service is not None:
         return EnforcingWebhookServer(registrar=registrar, service=service, **options)
-    return kopf.WebhookServer(**options)
+    return WebhookServer(**options)
 
 
 class ActivePodLabel:

@@ -1,13 +1,17 @@
-"""The Kubernetes reads and writes a rollout needs: PVs, pods, their workloads, HPAs and node reports.
+"""The Kubernetes reads and writes a rollout needs: PVs, pods, their workloads, HPAs, disruption budgets and
+node reports.
 
 Everything is read straight from the API (no informer cache): a restart decided
 on a stale view of a pod template could restart a workload twice. Reads are
 limited to the namespaces of the profile's claims, and the kinds actually
-needed there.
+needed there. A replica is removed only through the Eviction API, so that
+PodDisruptionBudgets hold.
 """
 
 import json
+import logging
 from collections.abc import Collection, Iterable
+from dataclasses import dataclass
 
 import kubernetes
 from kubernetes.client import ApiClient, ApiException
@@ -18,6 +22,7 @@ from mountwarden.api.nodemountreport import PLURAL as REPORTS
 from mountwarden.core.nodereport import NodeReport, UnreadableReport
 from mountwarden.core.rollout import (
     Autoscaler,
+    DisruptionBudget,
     PatchVolume,
     Pod,
     RemountPod,
@@ -28,6 +33,31 @@ from mountwarden.core.rollout import (
     World,
     controller_of,
 )
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RefusedEviction:
+    """The Eviction API refused to evict a replica: the next tick decides again from the budgets it reads."""
+
+    namespace: str
+    pod: str
+    #: The API's own words, naming the PodDisruptionBudget.
+    message: str
+
+    def __str__(self) -> str:
+        return f"the eviction of pod {self.namespace}/{self.pod} was refused: {self.message}"
+
+
+def _refusal(error: ApiException) -> str:
+    """The message of a refused eviction, with its DisruptionBudget cause (which names the budget)."""
+    try:
+        status = json.loads(error.body or "{}")
+    except ValueError:
+        return error.reason or str(error.status)
+    causes = [cause.get("message", "") for cause in (status.get("details") or {}).get("causes") or []]
+    return " ".join([status.get("message") or error.reason or "", *causes]).strip()
 
 
 def _items(response, kind: str) -> list[dict]:
@@ -43,6 +73,7 @@ class ClusterWorkloads:
         self.apps = kubernetes.client.AppsV1Api(client)
         self.batch = kubernetes.client.BatchV1Api(client)
         self.autoscaling = kubernetes.client.AutoscalingV2Api(client)
+        self.policy = kubernetes.client.PolicyV1Api(client)
         self.custom = kubernetes.client.CustomObjectsApi(client)
 
     def read(self, lineage: Collection[str], *, with_reports: bool) -> World:
@@ -55,16 +86,18 @@ class ClusterWorkloads:
         workloads: list[Workload] = []
         parents: dict[WorkloadRef, WorkloadRef | None] = {}
         autoscalers: list[Autoscaler] = []
+        budgets: list[DisruptionBudget] = []
         for namespace in sorted({volume.claim[0] for volume in volumes if volume.claim}):
-            found = self._namespace(namespace)
+            found = self._namespace(namespace, with_budgets=with_reports)
             pods.extend(found.pods)
             workloads.extend(found.workloads)
             parents.update(found.parents)
             autoscalers.extend(found.autoscalers)
+            budgets.extend(found.budgets)
         reports = self._reports() if with_reports and volumes else {}
-        return World(volumes, tuple(pods), tuple(workloads), parents, tuple(autoscalers), reports)
+        return World(volumes, tuple(pods), tuple(workloads), parents, tuple(autoscalers), reports, tuple(budgets))
 
-    def _namespace(self, namespace: str) -> World:
+    def _namespace(self, namespace: str, *, with_budgets: bool) -> World:
         with transient_errors():
             pods = [Pod.from_object(obj) for obj in _items(
                 self.core.list_namespaced_pod(namespace, _preload_content=False), "Pod")]
@@ -87,7 +120,12 @@ class ClusterWorkloads:
                 autoscalers = [Autoscaler.from_object(obj) for obj in _items(
                     self.autoscaling.list_namespaced_horizontal_pod_autoscaler(namespace, _preload_content=False),
                     "HorizontalPodAutoscaler")]
-        return World((), tuple(pods), tuple(workloads), parents, tuple(autoscalers))
+            budgets: list[DisruptionBudget] = []
+            if with_budgets and pods:  # only a rollout that moves pods evicts any
+                budgets = [DisruptionBudget.from_object(obj) for obj in _items(
+                    self.policy.list_namespaced_pod_disruption_budget(namespace, _preload_content=False),
+                    "PodDisruptionBudget")]
+        return World((), tuple(pods), tuple(workloads), parents, tuple(autoscalers), budgets=tuple(budgets))
 
     @staticmethod
     def _parents(response, kind: str) -> dict[WorkloadRef, WorkloadRef | None]:
@@ -109,15 +147,20 @@ class ClusterWorkloads:
             reports[report.node] = report
         return reports
 
-    def perform(self, actions: Iterable[PatchVolume | RestartWorkload | RemountPod]) -> None:
-        """In order; the first failure stops the rest (the next tick decides again from the world)."""
+    def perform(self, actions: Iterable[PatchVolume | RestartWorkload | RemountPod]) -> list[RefusedEviction]:
+        """In order; the first failure stops the rest (the next tick decides again from the world).
+
+        Returns the evictions the API refused (a PodDisruptionBudget changed since the world was read).
+        """
+        refused = []
         for action in actions:
             if isinstance(action, PatchVolume):
                 self.patch_volume(action)
             elif isinstance(action, RestartWorkload):
                 self.restart(action)
-            else:
-                self.remount(action)
+            elif (refusal := self.remount(action)) is not None:
+                refused.append(refusal)
+        return refused
 
     def patch_volume(self, action: PatchVolume) -> None:
         with transient_errors():
@@ -132,16 +175,29 @@ class ClusterWorkloads:
         with transient_errors():
             patchers[action.ref.kind](action.ref.name, action.ref.namespace, action.body())
 
-    def remount(self, action: RemountPod) -> None:
-        """Delete the replica if it is still the one judged (same UID).
+    def remount(self, action: RemountPod) -> RefusedEviction | None:
+        """Evict the replica if it is still the one judged (same UID); the refusal when the API refuses.
 
         404: already gone. 409: the UID precondition failed, a new pod has the name
-        (a StatefulSet's): either way the replica judged is gone.
+        (a StatefulSet's): either way the replica judged is gone. 429: a
+        PodDisruptionBudget allows no disruption now; 500 with a budget message:
+        more than one budget covers the pod (eviction.go refuses both with these codes).
         """
-        options = kubernetes.client.V1DeleteOptions(preconditions=kubernetes.client.V1Preconditions(uid=action.uid))
+        eviction = kubernetes.client.V1Eviction(
+            api_version="policy/v1", kind="Eviction",
+            metadata=kubernetes.client.V1ObjectMeta(name=action.name, namespace=action.namespace),
+            delete_options=kubernetes.client.V1DeleteOptions(
+                preconditions=kubernetes.client.V1Preconditions(uid=action.uid)),
+        )
         with transient_errors():
             try:
-                self.core.delete_namespaced_pod(action.name, action.namespace, body=options)
+                self.core.create_namespaced_pod_eviction(action.name, action.namespace, eviction)
             except ApiException as error:
-                if error.status not in (404, 409):
-                    raise
+                if error.status in (404, 409):
+                    return None
+                if error.status == 429 or (error.status == 500 and "DisruptionBudget" in (error.body or "")):
+                    refusal = RefusedEviction(action.namespace, action.name, _refusal(error))
+                    logger.info(str(refusal))
+                    return refusal
+                raise
+        return None

@@ -3,84 +3,64 @@
 statvfs() on NFS always asks the server (there is no cache for it), so it is a true probe:
 one small request per superblock per scan (on EFS metered as one 4 KiB metadata operation).
 On a hard mount whose server is away the call blocks in the kernel until the server comes
-back, so each probe runs in a daemon thread, the scan waits for all of them at most
-``timeout`` seconds, and a superblock whose previous probe has not returned yet is reported
-as not responding without a new probe: at most one stuck thread per superblock, ever.
-Measured in the kernel lab with nfsd stopped (tests/kernel/test_dead_server.py).
+back, so the probes go through the proc root's BoundedCalls (adapters/bounded.py), keyed by
+superblock: all of a scan's probes run at once and are waited for at most ``timeout``
+seconds together, and a superblock with a call still blocked since an earlier scan (a
+probe, or the SQLite scan's stat) is reported as not responding without a new one: at
+most one stuck thread per superblock, ever. Measured in the kernel lab with nfsd stopped
+(tests/kernel/test_dead_server.py).
 """
 
 import errno
+import logging
 import os
-import threading
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
+from mountwarden.adapters.bounded import CallResult, Outcome
 from mountwarden.adapters.procreader import ProcRoot
 from mountwarden.core.nodescan import ScannedMount
 
 DEFAULT_PROBE_TIMEOUT_SECONDS = 5.0
+log = logging.getLogger(__name__)
 
 
-@dataclass
-class _Probe:
-    thread: threading.Thread
-    done: threading.Event = field(default_factory=threading.Event)
-    #: True: the server answered; False: it failed the call (a soft mount's EIO); None: nothing learned.
-    answered: bool | None = None
+def _answered(result: CallResult) -> bool | None:
+    """True: the server answered; False: it did not, or failed the call (a soft mount's EIO); None: nothing learned."""
+    if result.outcome == Outcome.DONE:
+        return True
+    if result.outcome in (Outcome.TIMED_OUT, Outcome.BUSY):
+        return False
+    if result.outcome == Outcome.FAILED and result.error is not None:
+        # EIO/ETIMEDOUT is a soft mount giving up on its server; ENOENT/EACCES says nothing of it.
+        return False if result.error.errno in (errno.EIO, errno.ETIMEDOUT) else None
+    return None  # FULL: too many other servers are stuck to ask this one
 
 
 class ServerProbe:
     def __init__(self, proc: ProcRoot, timeout: float = DEFAULT_PROBE_TIMEOUT_SECONDS) -> None:
         self.proc = proc
         self.timeout = timeout
-        self._outstanding: dict[str, _Probe] = {}
-        self._lock = threading.Lock()
+        self._said_forbidden = False
 
     @property
     def stuck(self) -> int:
-        """Probes still blocked in the kernel (at most one per superblock)."""
-        with self._lock:
-            return sum(1 for probe in self._outstanding.values() if not probe.done.is_set())
+        """Calls still blocked in the kernel (at most one per superblock)."""
+        return self.proc.calls.stuck
 
     def check(self, mounts: Sequence[ScannedMount]) -> dict[str, bool | None]:
         """Superblock -> whether its server answered within the timeout (None: the probe could not ask)."""
         first_mount: dict[str, ScannedMount] = {}
         for mount in mounts:
             first_mount.setdefault(mount.superblock, mount)
-        started: dict[str, _Probe] = {}
-        results: dict[str, bool | None] = {}
-        with self._lock:
-            for superblock, mount in first_mount.items():
-                previous = self._outstanding.get(superblock)
-                if previous is not None and not previous.done.is_set():
-                    results[superblock] = False  # still blocked since an earlier scan
-                    continue
-                started[superblock] = self._start(superblock, mount.mount_point)
-        deadline = time.monotonic() + self.timeout
-        for superblock, probe in started.items():
-            probe.done.wait(max(0.0, deadline - time.monotonic()))
-            results[superblock] = probe.answered if probe.done.is_set() else False
-        with self._lock:  # forget the probes that returned; keep the stuck ones
-            for superblock, probe in list(self._outstanding.items()):
-                if probe.done.is_set():
-                    del self._outstanding[superblock]
-        return results
+        started = {superblock: self.proc.calls.submit(superblock, os.statvfs, self._path(mount.mount_point))
+                   for superblock, mount in first_mount.items()}
+        results = self.proc.calls.wait_all(started, self.timeout)
+        if not self._said_forbidden and any(isinstance(r.error, PermissionError) for r in results.values()):
+            self._said_forbidden = True
+            log.warning("the statvfs() probe may not follow %s: it needs CAP_SYS_PTRACE (ptrace read access to "
+                        "pid 1; the chart's agent.probeServers grants it), or --probe-timeout 0",
+                        self.proc.path / "1" / "root")
+        return {superblock: _answered(result) for superblock, result in results.items()}
 
-    def _start(self, superblock: str, mount_point: str) -> _Probe:
-        path = str(self.proc.path / "1" / "root") + mount_point
-
-        def run() -> None:
-            try:
-                os.statvfs(path)
-                probe.answered = True
-            except OSError as error:
-                # EIO/ETIMEDOUT is a soft mount giving up on its server; ENOENT/EACCES says nothing of it.
-                probe.answered = False if error.errno in (errno.EIO, errno.ETIMEDOUT) else None
-            finally:
-                probe.done.set()
-
-        probe = _Probe(threading.Thread(target=run, name=f"probe-{superblock}", daemon=True))
-        self._outstanding[superblock] = probe
-        probe.thread.start()
-        return probe
+    def _path(self, mount_point: str) -> str:
+        return str(self.proc.path / "1" / "root") + mount_point

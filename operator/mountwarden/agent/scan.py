@@ -166,15 +166,18 @@ def scan_proc_root(
     kubelet_root: str,
     network_fstypes: Sequence[str],
 ) -> NodeScan:
-    """Read pid 1's mount table and NFS statistics and find the pod volumes in them."""
-    mountinfo = proc.mountinfo()
+    """Read pid 1's mount table and NFS statistics (of one moment) and find the pod volumes in them."""
+    inconsistent_before = proc.counters.inconsistent
+    mountinfo, mountstats = proc.mount_tables()
+    if proc.counters.inconsistent > inconsistent_before:
+        log.warning("%s and mountstats changed between every two reads: mounts come and go fast; taking the last",
+                    proc.path / "1" / "mountinfo")
     if not mountinfo.mounts:
         # Never report "no volumes" for a proc root we could not read: that would erase the node's report.
         raise ScanError(
             f"{proc.path / '1' / 'mountinfo'} is missing, unreadable or empty: is the host's /proc "
             "mounted at --proc-root (and readable)?"
         )
-    mountstats = proc.mountstats()
     if not mountstats.devices:
         log.warning("%s has no devices: options are read from mountinfo, without RPC statistics",
                     proc.path / "1" / "mountstats")

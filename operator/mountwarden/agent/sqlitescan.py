@@ -11,17 +11,19 @@ stat() of a file on NFS may ask the server for fresh attributes (and hangs while
 a hard mount's server is away), so a descriptor's device and inode come from
 /proc/<pid>/fdinfo (mnt_id, and ino on Linux 5.14+) and the process's mountinfo,
 which never reach the server; stat() is the fallback on older kernels, for
-network files only, and is abandoned after a timeout rather than stall the scan.
-The header scan opens files on network mounts that no process has locked and
-reads their first 16 bytes: each costs an open, a read and a close on the
-server, so it is off by default and bounded by a budget of files.
+network files only. The header scan opens files on network mounts that no
+process has locked and reads their first 16 bytes: each costs an open, a read
+and a close on the server, so it is off by default and bounded by a budget of
+files. Both go through the proc root's BoundedCalls (adapters/bounded.py): each
+waited for at most STAT_TIMEOUT_SECONDS, at most one stuck per server, so a
+dead server costs a scan one timeout and never piles threads up.
 """
 
 import os
 import stat
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from mountwarden.adapters.procreader import ProcRoot
 from mountwarden.api.nodemountreport import SqliteFinding
@@ -111,23 +113,31 @@ def scan_sqlite(
     return SqliteScan(findings=findings, counters=counters)
 
 
-#: How long one stat() of a network file may take before the scan goes on without it.
+#: How long one stat() or header read of a network file may take before the scan goes on without it.
 STAT_TIMEOUT_SECONDS = 2.0
-# A few threads, shared by every scan: a stat() stuck on a dead server keeps its thread,
-# never the scan.
-_stat_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sqlite-stat")
+#: The key of calls on a file whose device is not known before stat() tells it.
+UNKNOWN_DEVICE = "unknown-device"
 
 
-def _bounded_stat(proc_root: ProcRoot, pid: int, fd: int) -> os.stat_result | None:
-    future = _stat_pool.submit(os.stat, proc_root.fd_path(pid, fd))
-    try:
-        return future.result(timeout=STAT_TIMEOUT_SECONDS)
-    except TimeoutError:
+def _device_key(device: Device | None) -> str:
+    """The BoundedCalls key of a network device: its superblock, as the server probe names it."""
+    return f"{device[0]}:{device[1]}" if device is not None else UNKNOWN_DEVICE
+
+
+def _bounded(proc_root: ProcRoot, device: Device | None, fn, *args):
+    """``fn(*args)`` through the proc root's BoundedCalls; None when it failed or its server does not answer."""
+    result = proc_root.calls.run(_device_key(device), fn, *args, timeout=STAT_TIMEOUT_SECONDS)
+    if result.stalled:
         proc_root.counters.stalled += 1
         return None
-    except OSError as error:  # the process exited or closed the descriptor since it was listed
-        proc_root.counters.note(error)
+    if result.error is not None:  # the process exited or closed the descriptor since it was listed
+        proc_root.counters.note(result.error)
         return None
+    return result.value
+
+
+def _bounded_stat(proc_root: ProcRoot, pid: int, fd: int, device: Device | None) -> os.stat_result | None:
+    return _bounded(proc_root, device, os.stat, proc_root.fd_path(pid, fd))
 
 
 def _network_files(
@@ -148,7 +158,7 @@ def _network_files(
         if device is not None and info.get("ino", "").isdigit():
             inode = int(info["ino"])
         else:
-            status = _bounded_stat(proc_root, pid, fd)
+            status = _bounded_stat(proc_root, pid, fd, device)
             if status is None:
                 continue
             device, inode = (os.major(status.st_dev), os.minor(status.st_dev)), status.st_ino
@@ -189,7 +199,7 @@ def _read_headers(
         for open_file, known_status in opened:
             if open_file.file_id in checked:
                 continue
-            status = known_status or _bounded_stat(proc_root, pid, open_file.fd)
+            status = known_status or _bounded_stat(proc_root, pid, open_file.fd, open_file.file_id.device)
             if (
                 status is None
                 or not stat.S_ISREG(status.st_mode)
@@ -202,7 +212,7 @@ def _read_headers(
                 counters.headers_over_budget += 1
                 continue
             opened_files += 1
-            header = _read_header(proc_root, pid, open_file.fd)
+            header = _bounded(proc_root, open_file.file_id.device, _read_header, proc_root.fd_path(pid, open_file.fd))
             if header is None:
                 continue
             counters.headers_read += 1
@@ -211,19 +221,15 @@ def _read_headers(
     return databases
 
 
-def _read_header(proc_root: ProcRoot, pid: int, fd: int) -> bytes | None:
-    # Opening /proc/<pid>/fd/<n> opens the file itself, wherever it lives in that
-    # process's mount namespace. O_NONBLOCK: never wait on a file that turned into a FIFO.
-    try:
-        handle = os.open(proc_root.fd_path(pid, fd), os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
-    except OSError as error:
-        proc_root.counters.note(error)
-        return None
+def _read_header(fd_path: Path) -> bytes:
+    """The file's first 16 bytes (in a BoundedCalls thread: open and read may hang on a dead server).
+
+    Opening /proc/<pid>/fd/<n> opens the file itself, wherever it lives in that process's
+    mount namespace. O_NONBLOCK: never wait on a file that turned into a FIFO.
+    """
+    handle = os.open(fd_path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     try:
         return os.pread(handle, len(SQLITE_HEADER), 0)
-    except OSError as error:
-        proc_root.counters.note(error)
-        return None
     finally:
         os.close(handle)
 

@@ -364,7 +364,7 @@ class RolloutWorkload(ApiModel):
     reason: str = Field(
         description="Why, in one CamelCase word: Queued, RollingOut, Remounting, Verified, WaitingForReplicas, "
         "SuperblockShared, OptionsAbsent, ReportMissing, ReportStale, MountNotReported, RemountsExhausted, "
-        "ScaledToZero, ScalingDisabled, AwaitingApproval or Paused."
+        "DisruptionBudget, ScaledToZero, ScalingDisabled, AwaitingApproval or Paused."
     )
     message: str = Field(description="What it waits for or what went wrong: the pod, the node and the cause.")
     replicas: int = Field(description="Its desired replicas (for a DaemonSet, the nodes it should run on).")
@@ -379,7 +379,7 @@ class RolloutWorkload(ApiModel):
     )
     done_at: datetime | None = Field(default=None, description="When every replica was verified.")
     remounts: int | None = Field(
-        default=None, description="Replicas deleted so that they mount afresh: they had kept an old superblock."
+        default=None, description="Replicas evicted so that they mount afresh: they had kept an old superblock."
     )
 
 

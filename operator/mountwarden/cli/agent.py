@@ -76,6 +76,11 @@ def agent_command(
         "--activity-window", min=1, metavar="SECONDS",
         help="Throughput, transport health and process states are reported over this many seconds of scans.")
     ] = 300.0,
+    sqlite_scan: Annotated[bool, typer.Option(
+        "--sqlite-scan/--no-sqlite-scan",
+        help="Find SQLite databases in use on network volumes: reads every lock holder's open files and memory "
+             "maps (/proc/<pid>/fd, fdinfo, maps), which needs CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH (root) "
+             "for processes of other users.")] = True,
     once: Annotated[bool, typer.Option(
         "--once", help="Scan and write once, then exit (1 when the scan or the write failed); no metrics server. "
                        "Rates are then since each mount was made.")
@@ -116,6 +121,11 @@ def agent_command(
     In a pod: mount the host's /proc read-only at /host/proc and pass
     --proc-root /host/proc; no hostPID is needed. The service account needs
     get on nodes, and get, create and update on nodemountreports.mountwarden.io.
+    Privileges, by feature (docs/security.md): the mount table, NFS statistics
+    and /proc/locks need none; the statvfs() probe (--probe-timeout) reaches
+    each mount through /proc/1/root, which needs CAP_SYS_PTRACE; the SQLite
+    scan (--sqlite-scan) reads other processes' open files and memory maps,
+    which needs CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH.
     """
     from kubernetes.config import ConfigException
 
@@ -158,7 +168,7 @@ def agent_command(
             fail(f"no cluster to write to ({escape(str(error))}): pass --kubeconfig, run in a pod, or use --dry-run")
         sink = ReportWriter(client, node_name, heartbeat_seconds=heartbeat,
                             host_boot_id=host_boot_id(ProcRoot(proc_root)))
-    agent = Agent(settings, sink, sqlite_scan=report_findings)
+    agent = Agent(settings, sink, sqlite_scan=report_findings if sqlite_scan else None)
     try:
         succeeded = run_agent(agent, once=once)
     except RefusedWrite as refusal:

@@ -113,8 +113,8 @@ def operator_command(
     agent_service_account: Annotated[str | None, typer.Option(
         "--agent-service-account", envvar="MOUNTWARDEN_AGENT_SERVICE_ACCOUNT", metavar="NAMESPACE:NAME",
         help="The node agent's service account: its NodeMountReport writes are admitted only for the node its "
-             "token is bound to (a failurePolicy Fail webhook, registered here in local mode, by the chart in a "
-             "cluster).")] = None,
+             "token is bound to (a webhook registered here in local mode, failurePolicy Ignore so that a stopped "
+             "operator blocks nothing; by the chart in a cluster, failurePolicy Fail).")] = None,
     webhook_service: Annotated[str | None, typer.Option(
         "--webhook-service", envvar="MOUNTWARDEN_WEBHOOK_SERVICE", metavar="NAMESPACE/NAME[:PORT]",
         help="cluster: the Service the API server reaches the webhook through (port 443 by default).")] = None,

@@ -4,10 +4,14 @@ Reports are keyed by the object's name. The report is named after its node, and
 the admission webhook lets an agent write only the report named after the node
 its token is bound to (and only with that spec.nodeName), so the name is the one
 key that is both unique and checked.
+
+What a report says of pods is believed only for pods scheduled on its node
+(``of_own_pods``): a node, compromised or confused, can attach findings to its
+own pods and to no one else's.
 """
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -162,3 +166,50 @@ class NodeReport:
 
     def at(self, mount_point: str) -> ReportedMount | None:
         return next((m for m in self.mounts if m.mount_point == mount_point), None)
+
+
+@dataclass(frozen=True, slots=True)
+class ForeignEntry:
+    """An entry of a node's report about a pod that is not scheduled on that node: dropped."""
+
+    node: str
+    pod_uid: str
+    #: The node the pod is scheduled on; "" when it is not scheduled; None when no such pod is known.
+    scheduled_on: str | None
+    #: What the entry was: "volume <name>" or "SQLite <path>".
+    entry: str
+
+    @property
+    def reason(self) -> str:
+        return "unknown-pod" if self.scheduled_on is None else "other-node"
+
+    def __str__(self) -> str:
+        where = ("no pod with that UID is known" if self.scheduled_on is None else
+                 "that pod is not scheduled on any node" if not self.scheduled_on else
+                 f"that pod is scheduled on node {self.scheduled_on}")
+        return (f"NodeMountReport {self.node} names pod UID {self.pod_uid} ({self.entry}), but {where}: "
+                "the entry is ignored (a node reports only its own pods)")
+
+
+def of_own_pods(report: NodeReport, node_of: Callable[[str], str | None]) -> tuple[NodeReport, list[ForeignEntry]]:
+    """The report without the entries that name pods not scheduled on its node, and those entries.
+
+    ``node_of`` gives a pod UID's node ("" unscheduled, None unknown). Entries of no pod (a CSI staging
+    mount, a process outside any pod) stay: they speak of the node itself.
+    """
+    foreign: list[ForeignEntry] = []
+
+    def own(pod_uid: str | None, entry: str) -> bool:
+        if pod_uid is None:
+            return True
+        scheduled_on = node_of(pod_uid)
+        if scheduled_on == report.node:
+            return True
+        foreign.append(ForeignEntry(report.node, pod_uid, scheduled_on, entry))
+        return False
+
+    mounts = tuple(m for m in report.mounts if own(m.pod_uid, f"volume {m.volume_name}"))
+    sqlite = tuple(u for u in report.sqlite if own(u.pod_uid, f"SQLite {u.path or u.volume_name or 'database'}"))
+    if not foreign:
+        return report, foreign
+    return replace(report, mounts=mounts, sqlite=sqlite), foreign

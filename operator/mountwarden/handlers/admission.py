@@ -5,10 +5,13 @@ Thin: kopf indexes keep what admission needs in memory, the validating handlers
 read them and let mountwarden.core.admission decide. No Kubernetes API call on
 the request path.
 
-The webhook must never stand in anyone's way because mountwarden itself is
-broken: a failure inside a handler is logged and the request allowed, and
-until the indexes are filled from the initial listings every request is
-allowed silently (a half-filled index would report classes as ungoverned).
+When mountwarden cannot give a whole answer (a failure inside a review, or the
+indexes not yet filled from the initial listings, which would report classes as
+ungoverned) the review fails, and the server answers with an HTTP error
+(mountwarden.adapters.webhookconfig.failures_as_http_errors): the API server
+then applies the calling webhook's failurePolicy. Warnings fail open (their
+webhooks are Ignore); a claim a deny profile governs fails closed in a cluster,
+where its webhook is Fail.
 
 With several replicas (kopf peering), only the active one has live indexes: a
 paused replica watches nothing. With an active label, each replica labels its own
@@ -181,7 +184,10 @@ def indexes_filled(memo: kopf.Memo, **_) -> None:
 
 
 def enforce_deny_profiles(memo: kopf.Memo, profiles_by_name: kopf.Index, **_) -> None:
-    """Keep one failurePolicy Fail webhook per deny profile (locally, or in the chart's enforce configuration)."""
+    """In a cluster, keep one failurePolicy Fail webhook per deny profile in the chart's enforce configuration.
+
+    Locally the registrar renders none (every local webhook is Ignore): this only keeps it informed.
+    """
     if memo.webhook_registrar is not None:
         memo.webhook_registrar.enforce(enforcing_profiles(e for entries in profiles_by_name.values() for e in entries))
 
@@ -203,15 +209,19 @@ def _view(memo: kopf.Memo, profiles_by_name: kopf.Index, classes_by_name: kopf.I
     )
 
 
+class ReviewUnavailable(Exception):
+    """No whole answer now: the request's fate is the calling webhook's failurePolicy (an HTTP error is answered)."""
+
+
 def _review(memo: kopf.Memo, logger, decide: Callable[[], Review]) -> Review:
     if not memo.admission_ready.is_set():
-        logger.debug("admission: the indexes are still filling; allowing without a review")
-        return Review()
+        raise ReviewUnavailable("mountwarden's indexes are still filling from the initial listings")
     try:
         return decide()
-    except Exception:
-        logger.exception("admission: the review failed; allowing the request (this is mountwarden's bug)")
-        return Review()
+    except Exception as error:
+        logger.exception("admission: the review failed (this is mountwarden's bug); answering with an error so "
+                         "that the webhook's failurePolicy applies")
+        raise ReviewUnavailable(f"mountwarden could not review the request: {error!r}") from error
 
 
 def _answer(review: Review, warnings: list[str]) -> None:
@@ -270,8 +280,8 @@ async def validate_profile(name: str, body: kopf.Body, old: kopf.Body | None, op
 async def validate_report(body: kopf.Body, userinfo: Mapping, warnings: list[str], memo: kopf.Memo, **_) -> None:
     """The agent writes only its own node's report. No index is read: this answer is whole from the start.
 
-    Unlike the advice above, a failure here refuses (kopf answers 500 for an unexpected error): the
-    webhook is a security check, and the API server refuses too when it cannot reach it.
+    A failure here is an HTTP error like any other; the webhook is failurePolicy Fail in a cluster (a
+    security check), so the write is refused there, as when the API server cannot reach the webhook.
     """
     _answer(review_report_write(ReportWrite.from_request(body, userinfo), memo.admission_settings.agent_username),
             warnings)

@@ -38,6 +38,7 @@ from mountwarden.core.credits.consumers import (
     summarize_consumers,
 )
 from mountwarden.core.credits.consumers import watched_file_system as profile_file_system
+from mountwarden.core.nodereport import of_own_pods
 from mountwarden.core.policyreport import credit_findings
 from mountwarden.handlers import findings, metrics
 from mountwarden.handlers.config import OperatorConfig
@@ -147,7 +148,7 @@ def _credits_status(target: CreditWatchTarget, result: CreditSeries | CreditWatc
 
 def consumers_on(file_system_id: str, targets: Iterable[CreditWatchTarget], reports_by_node: kopf.Index,
                  pods_by_uid: kopf.Index, claims_by_volume: kopf.Index, classes_by_name: kopf.Index,
-                 ) -> ConsumerSummary:
+                 nodes_by_pod: kopf.Index) -> ConsumerSummary:
     """The pod volumes of every profile watching ``file_system_id``, from the node reports, busiest first."""
     file_systems = {t.profile: t.file_system_id for t in targets if t.profile}
 
@@ -164,8 +165,9 @@ def consumers_on(file_system_id: str, targets: Iterable[CreditWatchTarget], repo
         return entry.profile if entry else None
 
     owners = VolumeOwners(pod_of, storage_class_of, profile_of, file_systems.get)
+    # A report is believed only about its own node's pods (core.nodereport.of_own_pods).
     volumes = [volume for store in reports_by_node.values() for report in store
-               for volume in reported_volumes(report)]
+               for volume in reported_volumes(of_own_pods(report, lambda uid: _first(nodes_by_pod, uid))[0])]
     return summarize_consumers(volumes, owners, file_system_id)
 
 
@@ -187,7 +189,7 @@ def _first(index: kopf.Index, key):
 def watch_credits(name: str, body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta,
                   patch: kopf.Patch, memo: kopf.Memo, credit_watch_targets: kopf.Index, reports_by_node: kopf.Index,
                   pods_by_uid: kopf.Index, claims_by_volume: kopf.Index, classes_by_name: kopf.Index,
-                  **_) -> None:
+                  nodes_by_pod: kopf.Index, **_) -> None:
     target = watched_file_system(dict(spec))
     if target is None:
         return
@@ -196,13 +198,13 @@ def watch_credits(name: str, body: kopf.Body, spec: kopf.Spec, status: kopf.Stat
     targets = [t for store in credit_watch_targets.values() for t in store]
     result = memo.credit_fetcher.result(target, targets or [target], now)
     consumers = consumers_on(target.file_system_id, [*targets, target], reports_by_node, pods_by_uid,
-                             claims_by_volume, classes_by_name)
+                             claims_by_volume, classes_by_name, nodes_by_pod)
     credits, condition = _credits_status(target, result, now, consumers)
     previous = dict(status.get("credits") or {})
     previous_state = previous.get("state")
     patch.status["credits"] = _replacing(previous, credits)
     memo.conditions.set(name, "CreditsDraining", condition["status"], condition["reason"], condition["message"],
-                        meta.get("generation"))
+                        meta.get("generation"), writer="credits", current=status)
     if credits["state"] != previous_state:
         post = kopf.warn if credits["state"] in ("Draining", "Empty", "Trap") else kopf.info
         post(body, reason=f"Credits{credits['state']}", message=f"{target.file_system_id}: {credits['message']}")

@@ -22,6 +22,7 @@ keeps an object's previous entries when its index function returns None.
 | unbound_claims_by_class | class -> namespace/name of each unbound claim | profiles |
 | pods_by_claim | (namespace, claim) -> pod | reports (compliance) |
 | pods_by_uid | pod UID -> its name and namespace | reports (Events), credits |
+| nodes_by_pod | pod UID -> its node ("" until scheduled) | reports, credits: a report speaks only of its node's pods |
 | namespace_labels | namespace -> its labels | admission |
 | reports_by_node | node -> its NodeReport | reports, credits |
 """
@@ -173,6 +174,11 @@ async def pods_by_uid(name: str, namespace: str, uid: str, **_) -> dict:
     return {uid: {"name": name, "namespace": namespace}}
 
 
+async def nodes_by_pod(uid: str, spec: kopf.Spec, **_) -> dict:
+    """Each pod's node: two strings a pod, so that a node's report is believed only about pods scheduled there."""
+    return {uid: spec.get("nodeName") or ""}
+
+
 def namespace_labels(name: str, labels: kopf.Labels, **_) -> dict:
     return {name: dict(labels)}
 
@@ -194,7 +200,7 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     for function in (volumes_by_class, claims_by_volume):
         kopf.index("persistentvolumes", registry=registry)(function)
     kopf.index("persistentvolumeclaims", registry=registry)(unbound_claims_by_class)
-    for function in (pods_by_claim, pods_by_uid):
+    for function in (pods_by_claim, pods_by_uid, nodes_by_pod):
         kopf.index("pods", registry=registry)(function)
     kopf.index(GROUP, VERSION, REPORTS, registry=registry)(reports_by_node)
     if config.webhook_mode != WebhookMode.OFF:

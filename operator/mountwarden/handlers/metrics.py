@@ -7,7 +7,7 @@ checks that every name it uses is one defined here.
 import contextlib
 import threading
 
-from prometheus_client import Gauge, start_http_server
+from prometheus_client import Counter, Gauge, start_http_server
 
 from mountwarden.core.credits import CreditState
 from mountwarden.core.credits.consumers import ConsumerSummary
@@ -113,3 +113,32 @@ def record_compliance(profile: str, counts: dict[str, dict[str, int]], sqlite_da
     for state, number in counts["pods"].items():
         PROFILE_PODS.labels(profile, state).set(number)
     SQLITE_DATABASES.labels(profile).set(sqlite_databases)
+
+
+REPORT_ENTRIES_DROPPED = Counter(
+    "mountwarden_report_entries_dropped",
+    "Entries of a node's report naming a pod not scheduled on that node (reason other-node), or no known pod "
+    "(unknown-pod), ignored", ("node", "reason"))
+POSTED_FINDINGS = Gauge("mountwarden_posted_findings",
+                        "Findings remembered as already posted as pod Events (bounded, expiring after an hour)")
+
+#: The gauges labelled by one profile: a deleted profile's series go with it.
+_PROFILE_GAUGES = (CREDIT_BALANCE, CREDIT_SLOPE, CREDIT_TIME_TO_EMPTY, CREDIT_PERMITTED, CREDIT_METERED,
+                   CREDIT_NET_CHANGE, CREDIT_IO_LIMIT, CREDIT_ELASTIC_COST, CREDIT_STATE, PROFILE_METERED,
+                   PROFILE_VOLUMES, PROFILE_PODS, SQLITE_DATABASES)
+
+
+def forget_profile(profile: str) -> None:
+    """Remove every series of a deleted profile, so that the metrics neither outlive it nor grow with churn."""
+    for gauge in _PROFILE_GAUGES:
+        gauge.remove_by_labels({"profile": profile})
+    with _consumers_lock:
+        # A consumer's series names every profile of its volumes, comma-joined.
+        for file_system_id, series in _consumer_series.items():
+            gone = {labels for labels in series if profile in labels[1].split(",")}
+            for labels in gone:
+                with contextlib.suppress(KeyError):
+                    CONSUMER_METERED.remove(*labels)
+            _consumer_series[file_system_id] = series - gone
+        for file_system_id, series in _profile_series.items():
+            _profile_series[file_system_id] = {labels for labels in series if labels[1] != profile}

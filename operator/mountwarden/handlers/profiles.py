@@ -25,6 +25,11 @@ from mountwarden.handlers.config import OperatorConfig
 from mountwarden.handlers.errors import retry_transient
 
 PROFILE = (GROUP, VERSION, PLURAL)
+#: The field manager of the Ready condition and of the class fields applied with it (mountwarden-profiles).
+WRITER = "profiles"
+#: The status fields applied with Ready=True: an invalid spec applies them again as they are, since a
+#: field the writer leaves out of an apply is removed, and the last good class must stay in use.
+CLASS_FIELDS = ("storageClassName", "version", "optionsHash", "effectiveMountOptions", "history")
 
 
 def _holders(class_name: str, volumes: kopf.Index, claims: kopf.Index) -> list[str]:
@@ -61,10 +66,12 @@ def _validation_message(error: ValidationError) -> str:
     return "; ".join(problems)
 
 
-def _refuse(name: str, body: kopf.Body, memo: kopf.Memo, generation: int | None, message: str) -> None:
+def _refuse(name: str, body: kopf.Body, status: kopf.Status, memo: kopf.Memo, generation: int | None,
+            message: str) -> None:
     """An invalid spec never touches a StorageClass: say why on the profile and in an Event."""
-    memo.conditions.set(name, "Ready", "False", "InvalidSpec", message, generation,
-                        also={"observedGeneration": generation})
+    kept = {key: status[key] for key in CLASS_FIELDS if status.get(key) is not None}
+    memo.conditions.set(name, "Ready", "False", "InvalidSpec", message, generation, writer=WRITER, current=status,
+                        also={**kept, "observedGeneration": generation})
     kopf.warn(body, reason="InvalidSpec", message=message)
 
 
@@ -77,11 +84,11 @@ def reconcile_profile(
     try:
         profile = StorageProfileSpec.model_validate(dict(spec))
     except ValidationError as error:
-        _refuse(name, body, memo, generation, _validation_message(error))
+        _refuse(name, body, status, memo, generation, _validation_message(error))
         return
     policy = profile.resolve()
     if not policy.valid:
-        _refuse(name, body, memo, generation, "; ".join(str(problem) for problem in policy.errors))
+        _refuse(name, body, status, memo, generation, "; ".join(str(problem) for problem in policy.errors))
         return
     for warning in policy.warnings:
         kopf.warn(body, reason="OptionWarning", message=str(warning))
@@ -106,7 +113,7 @@ def reconcile_profile(
         )
     if policy.warnings:
         message += f"; {len(policy.warnings)} warning(s) in status.warnings, the first: {policy.warnings[0]}"
-    memo.conditions.set(name, "Ready", "True", "Reconciled", message, generation, also={
+    memo.conditions.set(name, "Ready", "True", "Reconciled", message, generation, writer=WRITER, current=status, also={
         "storageClassName": plan.current_name,
         "version": plan.current_version,
         "optionsHash": plan.content_hash,

@@ -5,6 +5,7 @@ profiles' contracts); the API is touched only to post Events and to write a
 profile's status when its compliance changed.
 """
 
+import logging
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
@@ -14,8 +15,7 @@ from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.nodemountreport import PLURAL as REPORTS
 from mountwarden.api.storageprofile import PLURAL as PROFILES
 from mountwarden.core.compliance import Consumer, ProfileCompliance, VolumeState, assess
-from mountwarden.core.conditions import find_condition
-from mountwarden.core.nodereport import NodeReport, UnreadableReport
+from mountwarden.core.nodereport import NodeReport, UnreadableReport, of_own_pods
 from mountwarden.core.policyreport import compliance_findings
 from mountwarden.core.serverload import mount_loads, server_load
 from mountwarden.core.volumecheck import HEALTH_REASONS
@@ -23,8 +23,10 @@ from mountwarden.handlers import findings, metrics
 from mountwarden.handlers.config import OperatorConfig
 from mountwarden.handlers.errors import retry_transient
 from mountwarden.handlers.indexes import one
+from mountwarden.handlers.posted import PostedFindings
 
 PROFILE = (GROUP, VERSION, PROFILES)
+log = logging.getLogger(__name__)
 
 _EVENT_REASONS = {"OptionMismatch": "MountPolicyDrift", "UndeclaredOption": "MountPolicyDrift",
                   "SuperblockShared": "SuperblockShared", "NconnectIgnored": "NconnectIgnored"}
@@ -43,22 +45,28 @@ def consumers_of(profile: str, classes_by_profile: kopf.Index, volumes_by_class:
     return consumers
 
 
-def _reports(reports_by_node: kopf.Index, nodes: Iterable[str | None]) -> dict[str, NodeReport]:
+def own_pods(report: NodeReport, nodes_by_pod: kopf.Index) -> NodeReport:
+    """The report, believed only about the pods scheduled on its node."""
+    return of_own_pods(report, lambda uid: one(nodes_by_pod, uid))[0]
+
+
+def _reports(reports_by_node: kopf.Index, nodes: Iterable[str | None], nodes_by_pod: kopf.Index,
+             ) -> dict[str, NodeReport]:
     found = {node: one(reports_by_node, node) for node in {n for n in nodes if n}}
-    return {node: report for node, report in found.items() if report is not None}
+    return {node: own_pods(report, nodes_by_pod) for node, report in found.items() if report is not None}
 
 
 @retry_transient
 def assess_compliance(
     name: str, status: kopf.Status, meta: kopf.Meta, patch: kopf.Patch, memo: kopf.Memo,
     contracts: kopf.Index, reports_by_node: kopf.Index, claims_by_volume: kopf.Index, classes_by_profile: kopf.Index,
-    volumes_by_class: kopf.Index, pods_by_claim: kopf.Index, **_,
+    volumes_by_class: kopf.Index, pods_by_claim: kopf.Index, nodes_by_pod: kopf.Index, **_,
 ) -> None:
     contract = one(contracts, name)
     if contract is None:
         return  # invalid spec: the Ready condition says why
     consumers = consumers_of(name, classes_by_profile, volumes_by_class, claims_by_volume, pods_by_claim)
-    reports = _reports(reports_by_node, (c.node for c in consumers))
+    reports = _reports(reports_by_node, (c.node for c in consumers), nodes_by_pod)
     now = datetime.now(UTC)
     stale_after = timedelta(seconds=memo.config.report_stale_after)
     compliance = ProfileCompliance.of([assess(c, contract, reports, now=now, stale_after=stale_after)
@@ -71,22 +79,24 @@ def assess_compliance(
     if servers != (status.get("servers") or []):
         patch.status["servers"] = servers
     state, reason, message = compliance.condition()
-    current = find_condition(status.get("conditions"), "Compliant")
-    if not current or (current["status"], current["reason"], current["message"]) != (state, reason, message):
-        memo.conditions.set(name, "Compliant", state, reason, message, meta.get("generation"))
+    memo.conditions.set(name, "Compliant", state, reason, message, meta.get("generation"), writer="compliance",
+                        current=status)
     metrics.record_compliance(name, compliance.counts(), compliance.sqlite_databases)
     findings.publish(memo, name, findings.COMPLIANCE, compliance_findings(name, compliance.verdicts))
 
 
 def announce_findings(
     name: str, spec: kopf.Spec, type: str, memo: kopf.Memo, contracts: kopf.Index, claims_by_volume: kopf.Index,
-    classes_by_name: kopf.Index, pods_by_uid: kopf.Index, rollouts_under_way: kopf.Index, **_,
+    classes_by_name: kopf.Index, pods_by_uid: kopf.Index, nodes_by_pod: kopf.Index, rollouts_under_way: kopf.Index,
+    **_,
 ) -> None:
     """Post a Warning Event on each pod whose mount drifted, is stuck or struggling, or runs SQLite on NFS.
 
-    Each finding once. Option drift on a profile whose rollout is under way is expected (replicas wait
-    their turn) and is reported in status only; the rollout itself says what blocks it. How a mount is
-    doing (ThroughputPlateau, TransportUnhealthy, StuckOnNFS) is said whatever its options.
+    Only about pods scheduled on the report's node: entries naming any other pod are dropped, counted
+    (mountwarden_report_entries_dropped_total) and logged. Each finding once. Option drift on a profile
+    whose rollout is under way is expected (replicas wait their turn) and is reported in status only; the
+    rollout itself says what blocks it. How a mount is doing (ThroughputPlateau, TransportUnhealthy,
+    StuckOnNFS) is said whatever its options.
     """
     if type == "DELETED" or not spec:
         return
@@ -94,7 +104,12 @@ def announce_findings(
         report = NodeReport.from_spec(name, spec)
     except UnreadableReport:
         return
-    posted: set = memo.posted_findings
+    report, foreign = of_own_pods(report, lambda uid: one(nodes_by_pod, uid))
+    for entry in foreign:
+        metrics.REPORT_ENTRIES_DROPPED.labels(entry.node, entry.reason).inc()
+        # A pod gone while its mount lingers is ordinary; a pod of another node is not.
+        log.log(logging.WARNING if entry.reason == "other-node" else logging.DEBUG, "%s", entry)
+    posted: PostedFindings = memo.posted_findings
     stale_after = timedelta(seconds=memo.config.report_stale_after)
     for pod_uid, volume_name in {(m.pod_uid, m.volume_name): None for m in report.mounts if m.pod_uid}:
         pod = one(pods_by_uid, pod_uid)
@@ -124,17 +139,22 @@ def announce_findings(
                        f"{use.volume_name or 'a network volume'} on {name}: {use.message}")
 
 
-def _post_once(posted: set, pod_uid: str, pod: dict, reason: str, message: str) -> None:
-    key = (pod_uid, reason, message)
-    if key in posted:
+def _post_once(posted: PostedFindings, pod_uid: str, pod: dict, reason: str, message: str) -> None:
+    if not posted.first_time(pod_uid, reason, message):
         return
-    posted.add(key)
     kopf.warn({"apiVersion": "v1", "kind": "Pod",
                "metadata": {"name": pod["name"], "namespace": pod["namespace"], "uid": pod_uid}},
               reason=reason, message=message[:1000])
+
+
+def forget_profile_series(name: str, type: str, **_) -> None:
+    """A deleted profile's metric series go with it (its timers are stopped by then)."""
+    if type == "DELETED":
+        metrics.forget_profile(name)
 
 
 def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     kopf.timer(*PROFILE, interval=config.compliance_interval, initial_delay=2.0, registry=registry)(
         assess_compliance)
     kopf.on.event(GROUP, VERSION, REPORTS, registry=registry)(announce_findings)
+    kopf.on.event(*PROFILE, registry=registry)(forget_profile_series)

@@ -65,9 +65,11 @@ def roll_out(
     cluster = ClusterWorkloads(memo.kube_client)
     world = cluster.read(lineage, with_reports=target.restarts_workloads)
     step = advance(build_plan(target, world), previous, datetime.now(UTC))
-    cluster.perform(step.actions)
+    refused = cluster.perform(step.actions)
     for event in step.events:
         (kopf.warn if event.warning else kopf.info)(body, reason=event.reason, message=event.message)
+    for refusal in refused:  # a budget changed since the world was read: the next tick reads it
+        kopf.warn(body, reason="EvictionRefused", message=str(refusal))
     written = {key: value for key, value in step.status.items() if value is not None}
     if written != dict(previous or {}):
         patch.status["rollout"] = step.status

@@ -9,9 +9,10 @@ import kopf
 
 from mountwarden.adapters.kube import ProfileConditions, StorageClasses, api_client
 from mountwarden.api.base import GROUP, VERSION
-from mountwarden.api.storageprofile import PLURAL
+from mountwarden.api.storageprofile import KIND, PLURAL
 from mountwarden.handlers import metrics
 from mountwarden.handlers.config import OperatorConfig
+from mountwarden.handlers.posted import PostedFindings
 
 PREFIX = "mountwarden.io"
 
@@ -112,12 +113,14 @@ def run(config: OperatorConfig, *, standalone: bool = True, liveness_endpoint: s
     from mountwarden.handlers.credits import CreditFetcher
 
     client = api_client(config.kubeconfig)
+    posted = PostedFindings()
+    metrics.POSTED_FINDINGS.set_function(lambda: len(posted))
     memo = kopf.Memo(
         config=config,
         kube_client=client,
         storage_classes=StorageClasses(client),
-        conditions=ProfileConditions(client, GROUP, VERSION, PLURAL),
-        posted_findings=set(),
+        conditions=ProfileConditions(client, GROUP, VERSION, PLURAL, KIND),
+        posted_findings=posted,
         credit_fetcher=CreditFetcher(timedelta(seconds=config.credit_interval)),
     )
     metrics.serve(config.metrics_port)

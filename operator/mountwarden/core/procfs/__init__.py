@@ -29,6 +29,7 @@ from mountwarden.core.procfs.mountstats import (
     MountstatsResult,
     RpcOperationStats,
     TransportStats,
+    mounted_devices,
     parse_mountstats,
     read_mountstats,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "TransportStats",
     "decode_octal_escapes",
     "decode_option_tokens",
+    "mounted_devices",
     "parse_cgroup",
     "parse_locks",
     "parse_maps",

@@ -304,6 +304,16 @@ def parse_mountstats(text: str) -> MountstatsResult:
     return MountstatsResult(devices=tuple(devices), skipped_line_numbers=tuple(skipped))
 
 
+def mounted_devices(text: str) -> list[str]:
+    """The ``device ... mounted on ... with fstype ...`` line of every mount, in order.
+
+    What two reads of mountstats must agree on to describe the same mount table: their
+    counters change between any two reads, their list of mounts only when something is
+    mounted or unmounted.
+    """
+    return [line for line in text.split("\n") if line.startswith("device")]
+
+
 def read_mountstats(path: str | os.PathLike[str]) -> MountstatsResult:
     return parse_mountstats(Path(path).read_text(encoding="utf-8", errors="surrogateescape"))
 

@@ -11,7 +11,7 @@ Everything here is pure. One module per stage, each importing only those above i
 
 - ``world``: the target and the cluster's objects, parsed from their wire form;
 - ``plan``: volumes -> claims -> pods -> the workloads that must remount (the dry run);
-- ``actions``: the patches, restarts and pod deletions a tick asks for, and its Events;
+- ``actions``: the patches, restarts and evictions a tick asks for, and its Events;
 - ``verify``: each replica's mounts against the target, on its node's report;
 - ``machine``: the state machine, as tables (docs/reference/rollout.md is generated from them);
 - ``status``: status.rollout written (and read back by ``needs_world``);
@@ -35,6 +35,7 @@ from mountwarden.core.rollout.world import (
     RESTARTED_AT_ANNOTATION,
     RESTARTED_FOR_ANNOTATION,
     Autoscaler,
+    DisruptionBudget,
     Pod,
     Policy,
     Target,
@@ -52,7 +53,7 @@ from mountwarden.core.rollout.world import (
 __all__ = [
     "APPLIED_VERSION_ANNOTATION", "APPROVE_ANNOTATION", "IN_FLIGHT", "MANUAL", "NEW_STORAGE_CLASS",
     "PATCH_BOUND_VOLUMES", "PREVIOUS_OPTIONS_ANNOTATION", "RESTARTED_AT_ANNOTATION", "RESTARTED_FOR_ANNOTATION",
-    "Action", "Autoscaler", "Check", "Consumer", "Event", "NodeReport", "PatchVolume", "Phase", "Plan",
+    "Action", "Autoscaler", "Check", "DisruptionBudget", "Consumer", "Event", "NodeReport", "PatchVolume", "Phase", "Plan",
     "Pod", "PodCheck", "Policy", "RemountPod", "ReportedMount", "RestartWorkload", "State", "Step", "Target", "Version", "Volume",
     "VolumeChange", "Workload", "WorkloadRef", "World", "advance", "build_plan", "controller_of", "needs_world",
     "parse_time", "rollout_progress", "timestamp", "verify_pod",

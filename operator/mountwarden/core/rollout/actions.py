@@ -53,7 +53,10 @@ class RestartWorkload:
 
 @dataclass(frozen=True, slots=True)
 class RemountPod:
-    """Delete one replica (by UID) so that its controller recreates it and it mounts afresh."""
+    """Evict one replica (Eviction API, by UID) so that its controller recreates it and it mounts afresh.
+
+    An eviction, never a delete: PodDisruptionBudgets hold, as for `kubectl drain`.
+    """
 
     namespace: str
     name: str

@@ -21,7 +21,7 @@ from typing import NamedTuple
 from mountwarden.core.rollout.actions import Action, RemountPod, RestartWorkload
 from mountwarden.core.rollout.plan import Consumer, Plan, zero_message
 from mountwarden.core.rollout.verify import Check, PodCheck, check_pods
-from mountwarden.core.rollout.world import Pod, Workload, parse_time, timestamp
+from mountwarden.core.rollout.world import DisruptionBudget, Pod, Workload, parse_time, timestamp
 
 
 class Phase(StrEnum):
@@ -44,6 +44,9 @@ class State(StrEnum):
 
 #: States in which a workload holds one of the maxConcurrentWorkloads slots.
 IN_FLIGHT = (State.RESTARTING, State.VERIFYING)
+#: The reason of a workload that waits for a PodDisruptionBudget to allow evicting a replica. It keeps its
+#: slot: it is restarted already, and its next step is that eviction.
+DISRUPTION_BUDGET = "DisruptionBudget"
 
 
 @dataclass
@@ -62,11 +65,15 @@ class Progress:
     remounts: int = 0
 
     @property
+    def waits_for_budget(self) -> bool:
+        return self.state == State.WAITING and self.reason == DISRUPTION_BUDGET
+
+    @property
     def busy(self) -> bool:
-        """Holds a maxConcurrentWorkloads slot: restarting or verifying, or in a rollout of its own."""
+        """Holds a maxConcurrentWorkloads slot: restarting, verifying or waiting to evict, or in a rollout of its own."""
         workload = self.consumer.workload
-        return self.state in IN_FLIGHT or (self.state == State.PENDING and workload is not None
-                                           and not workload.rolled_out)
+        return self.state in IN_FLIGHT or self.waits_for_budget or (
+            self.state == State.PENDING and workload is not None and not workload.rolled_out)
 
     def to_wire(self) -> dict:
         ref = self.consumer.ref
@@ -150,8 +157,24 @@ class Situation:
 
     @property
     def remounts_exhausted(self) -> bool:
-        # Remounts that keep finding an old superblock mean something else holds it: stop deleting pods.
-        return bool(self.stale) and self.remounts + len(self.stale) > 2 * self.workload.replicas
+        # Remounts that keep finding an old superblock mean something else holds it: stop evicting pods.
+        return bool(self.stale) and self.remounts + 1 > 2 * self.workload.replicas
+
+    @cached_property
+    def to_evict(self) -> PodCheck | None:
+        """The one stale replica evicted next: the oldest, which most likely made the old superblock."""
+        far_future = self.now + timedelta(days=36500)
+        return min(self.stale, key=lambda c: (c.pod.started_at or far_future, c.pod.name), default=None)
+
+    @cached_property
+    def refusing_budgets(self) -> list[DisruptionBudget]:
+        """The budgets for which the Eviction API would refuse to evict ``to_evict`` now (none: it may go)."""
+        if self.to_evict is None:
+            return []
+        budgets = self.plan.world.budgets_of(self.to_evict.pod)
+        if len(budgets) > 1:
+            return budgets  # the Eviction API refuses a pod that more than one budget covers
+        return [budget for budget in budgets if not budget.allows_eviction]
 
     @property
     def pending(self) -> PodCheck | None:
@@ -243,12 +266,36 @@ def _remounts_exhausted(s: Situation) -> Outcome:
                       "the new options", first.pod), []
 
 
+def _budget_message(evicted: Pod, budgets: list[DisruptionBudget]) -> str:
+    if len(budgets) > 1:
+        names = ", ".join(str(budget) for budget in budgets)
+        return (f"pod {evicted.namespace}/{evicted.name} is covered by {names}: the Eviction API refuses a pod that "
+                "more than one budget covers. Keep one budget per pod; the eviction is asked again every tick")
+    (budget,) = budgets
+    why = ("its status does not reflect its current spec yet" if not budget.observed else
+           f"it allows no disruption now ({budget.current_healthy} healthy, {budget.desired_healthy} needed)")
+    return (f"{budget} refuses to let pod {evicted.namespace}/{evicted.name} be evicted: {why}. The pod keeps the "
+            "old superblock until the budget allows it; the eviction is asked again every tick")
+
+
+def _wait_for_budget(s: Situation) -> Outcome:
+    evicted = s.to_evict
+    assert evicted is not None
+    return _line(s, State.WAITING, DISRUPTION_BUDGET, _budget_message(evicted.pod, s.refusing_budgets),
+                 pod=evicted.pod.name, node=evicted.pod.node), []
+
+
 def _remount(s: Situation) -> Outcome:
-    stale = s.stale
-    line = _verifying(s, State.RESTARTING, "Remounting", "; ".join(c.message for c in stale) + ": remounting",
-                      stale[0].pod)
-    line.remounts = s.remounts + len(stale)
-    return line, [RemountPod(c.pod.namespace, c.pod.name, c.pod.uid) for c in stale]
+    # One replica at a time, through the Eviction API (PodDisruptionBudgets hold): the next one only once
+    # its replacement is Ready, as row "fewer replicas ready than desired" waits for.
+    evicted = s.to_evict
+    assert evicted is not None
+    others = len(s.stale) - 1
+    message = evicted.message + ": evicting it to mount afresh" + (
+        f" ({others} more replica(s) after its replacement is Ready)" if others else "")
+    line = _verifying(s, State.RESTARTING, "Remounting", message, evicted.pod)
+    line.remounts = s.remounts + 1
+    return line, [RemountPod(evicted.pod.namespace, evicted.pod.name, evicted.pod.uid)]
 
 
 def _verified(s: Situation) -> Outcome:
@@ -296,8 +343,8 @@ WORKLOAD_TRANSITIONS: tuple[Transition, ...] = (
     Transition(State.PENDING, ("Queued",), "not restarted yet: it waits for a turn (see the turns below)",
                lambda s: not s.restarted, _queued),
     Transition(State.RESTARTING, ("RollingOut", "Remounting"),
-               "restarted, and its own rollout is not complete (Remounting while replicas deleted to remount "
-               "are replaced)", lambda s: not s.workload.rolled_out, _rolling_out),
+               "restarted, and its own rollout is not complete (Remounting while a replica evicted to remount "
+               "is replaced)", lambda s: not s.workload.rolled_out, _rolling_out),
     Transition(State.VERIFYING, ("WaitingForReplicas",), "rolled out, but fewer replicas ready than desired",
                lambda s: s.ready < s.workload.replicas, _waiting_for_replicas),
     Transition(State.BLOCKED, ("OptionsAbsent", "SuperblockShared"),
@@ -306,8 +353,14 @@ WORKLOAD_TRANSITIONS: tuple[Transition, ...] = (
     Transition(State.BLOCKED, ("RemountsExhausted",),
                "a replica kept an old superblock, and remounts would exceed twice the replicas",
                lambda s: s.remounts_exhausted, _remounts_exhausted),
+    Transition(State.WAITING, (DISRUPTION_BUDGET,),
+               "a replica kept an old superblock nobody else holds, and a PodDisruptionBudget covering it allows no "
+               "eviction now (or more than one covers it): asked again every tick, holding its slot",
+               lambda s: bool(s.refusing_budgets), _wait_for_budget),
     Transition(State.RESTARTING, ("Remounting",),
-               "a replica kept an old superblock nobody else holds: it is deleted to mount afresh",
+               "a replica kept an old superblock nobody else holds: the oldest such replica is evicted (Eviction "
+               "API) to mount afresh, one per tick; the next only once its replacement is Ready (the row \"fewer replicas "
+               "ready than desired\" waits for it)",
                lambda s: bool(s.stale), _remount),
     Transition(State.DONE, ("Verified",), "every replica's node report shows the target's options",
                lambda s: s.pending is None, _verified),
@@ -339,8 +392,8 @@ AWAITING_APPROVAL = Turn(State.PENDING, "AwaitingApproval",
                          "the target version", "waits for approval")
 PAUSED = Turn(State.PENDING, "Paused", "another workload is Blocked", "the rollout is paused by a blocked workload")
 STARTED = Turn(State.RESTARTING, "RollingOut",
-               "fewer workloads than maxConcurrentWorkloads are Restarting, Verifying or Pending in a rollout of "
-               "their own: it is restarted", "restart requested")
+               "fewer workloads than maxConcurrentWorkloads are Restarting, Verifying, Waiting for a "
+               "PodDisruptionBudget or Pending in a rollout of their own: it is restarted", "restart requested")
 #: After every workload was judged, in this order.
 TURNS = (PAUSED, STARTED)
 
@@ -368,19 +421,26 @@ def take_turns(progress: Sequence[Progress], plan: Plan, now: datetime) -> list[
 class PhaseRule(NamedTuple):
     phase: Phase
     when: str
-    condition: Callable[[bool, Collection[State]], bool]
+    condition: Callable[[bool, Collection[Progress]], bool]
+
+
+def _states(lines: Collection[Progress]) -> set[State]:
+    return {line.state for line in lines}
 
 
 #: strategy PatchBoundVolumes: the first row that holds, given whether the target is approved and the
-#: workloads' states.
+#: workloads' lines.
 PHASES: tuple[PhaseRule, ...] = (
     PhaseRule(Phase.AWAITING_APPROVAL, "approval Manual, and the target version is not approved yet",
-              lambda approved, states: not approved),
-    PhaseRule(Phase.PAUSED, "a workload is Blocked", lambda approved, states: State.BLOCKED in states),
+              lambda approved, lines: not approved),
+    PhaseRule(Phase.PAUSED, "a workload is Blocked", lambda approved, lines: State.BLOCKED in _states(lines)),
+    PhaseRule(Phase.WAITING, "a workload waits for a PodDisruptionBudget to allow an eviction (the message names it)",
+              lambda approved, lines: any(line.waits_for_budget for line in lines)),
     PhaseRule(Phase.PROGRESSING, "a workload is Pending, Restarting or Verifying",
-              lambda approved, states: bool(set(states) & {State.PENDING, State.RESTARTING, State.VERIFYING})),
-    PhaseRule(Phase.WAITING, "only workloads at zero replicas are left", lambda approved, states: State.WAITING in states),
-    PhaseRule(Phase.COMPLETE, "every workload is Done (or there is none)", lambda approved, states: True),
+              lambda approved, lines: bool(_states(lines) & {State.PENDING, State.RESTARTING, State.VERIFYING})),
+    PhaseRule(Phase.WAITING, "only workloads at zero replicas are left",
+              lambda approved, lines: State.WAITING in _states(lines)),
+    PhaseRule(Phase.COMPLETE, "every workload is Done (or there is none)", lambda approved, lines: True),
 )
 
 #: strategy NewStorageClass: nothing is restarted.
@@ -391,5 +451,4 @@ MIGRATION_PHASES: tuple[tuple[Phase, str], ...] = (
 
 
 def phase_of(approved: bool, progress: Sequence[Progress]) -> Phase:
-    states = {line.state for line in progress}
-    return next(rule.phase for rule in PHASES if rule.condition(approved, states))
+    return next(rule.phase for rule in PHASES if rule.condition(approved, progress))

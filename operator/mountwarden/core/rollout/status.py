@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
 from mountwarden.core.rollout.actions import Action, Event, RemountPod, RestartWorkload
-from mountwarden.core.rollout.machine import IN_FLIGHT, Phase, Progress, State
+from mountwarden.core.rollout.machine import DISRUPTION_BUDGET, IN_FLIGHT, Phase, Progress, State
 from mountwarden.core.rollout.plan import Consumer, Plan
 from mountwarden.core.rollout.verify import Check, check_pods
 from mountwarden.core.rollout.world import APPROVE_ANNOTATION, Target, timestamp
@@ -52,6 +52,9 @@ def phase_message(plan: Plan, phase: Phase, progress: Sequence[Progress]) -> str
     if phase == Phase.PROGRESSING:
         current = [str(line.consumer.ref) for line in progress if line.state in IN_FLIGHT]
         return f"{done} of {total} workloads done; in progress: {', '.join(current) or 'none'}"
+    if phase == Phase.WAITING and any(line.waits_for_budget for line in progress):
+        line = next(line for line in progress if line.waits_for_budget)
+        return f"{done} of {total} workloads done; waiting at {line.consumer.ref}: {line.message}"
     if phase == Phase.WAITING:
         waiting = [str(line.consumer.ref) for line in progress if line.state == State.WAITING]
         return (f"{done} of {total} workloads done; {', '.join(waiting)} at zero replicas: a deliberate scale-up "
@@ -86,6 +89,12 @@ def rollout_status(plan: Plan, previous: Mapping | None, phase: Phase, message: 
     }
 
 
+def _stuck(line: Mapping) -> bool:
+    """Blocked, or waiting for a PodDisruptionBudget: a Warning Event says so once."""
+    return line.get("state") == State.BLOCKED or (line.get("state") == State.WAITING
+                                                 and line.get("reason") == DISRUPTION_BUDGET)
+
+
 def events_of(previous: Mapping | None, status: Mapping, actions: Sequence[Action]) -> list[Event]:
     previous = previous or {}
     same_target = previous.get("targetStorageClassName") == status["targetStorageClassName"]
@@ -98,14 +107,14 @@ def events_of(previous: Mapping | None, status: Mapping, actions: Sequence[Actio
             events.append(Event(False, "RestartingWorkload", f"restarting {action.ref} for {action.storage_class}"))
         elif isinstance(action, RemountPod):
             events.append(Event(False, "RemountingPod",
-                                f"deleting pod {action.namespace}/{action.name} so that it mounts afresh"))
+                                f"evicting pod {action.namespace}/{action.name} so that it mounts afresh"))
     blocked_before = {
         (w["kind"], w["namespace"], w["name"], w.get("reason"))
-        for w in (previous.get("workloads") or [] if same_target else []) if w.get("state") == State.BLOCKED
+        for w in (previous.get("workloads") or [] if same_target else []) if _stuck(w)
     }
     for line in status["workloads"]:
         key = (line["kind"], line["namespace"], line["name"], line["reason"])
-        if line["state"] == State.BLOCKED and key not in blocked_before:
+        if _stuck(line) and key not in blocked_before:
             events.append(Event(True, line["reason"],
                                 f"{line['kind']}/{line['namespace']}/{line['name']}: {line['message']}"))
     if status["phase"] != previous.get("phase") or not same_target:

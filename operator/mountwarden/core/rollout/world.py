@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import NamedTuple
 
 from mountwarden.core.nodereport import NodeReport
+from mountwarden.core.selectors import selector_matches
 
 RESTARTED_FOR_ANNOTATION = "mountwarden.io/restarted-for"
 RESTARTED_AT_ANNOTATION = "mountwarden.io/restarted-at"
@@ -152,6 +153,8 @@ class Pod:
     #: Claim name -> the pod's name for that volume.
     claims: Mapping[str, str]
     owner: WorkloadRef | None = None
+    #: Its labels: which PodDisruptionBudgets cover it.
+    labels: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def live(self) -> bool:
@@ -180,6 +183,7 @@ class Pod:
             started_at=parse_time(status.get("startTime")),
             claims=claims,
             owner=controller_of(obj),
+            labels=dict(metadata.get("labels") or {}),
         )
 
 
@@ -305,6 +309,48 @@ class Autoscaler:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class DisruptionBudget:
+    """A PodDisruptionBudget, as the Eviction API judges it (pkg/registry/core/pod/storage/eviction.go)."""
+
+    namespace: str
+    name: str
+    #: Its label selector in wire form; None selects no pod, {} every pod of its namespace (policy/v1).
+    selector: Mapping | None
+    #: status.disruptionsAllowed: an eviction it covers is refused at 0.
+    disruptions_allowed: int
+    desired_healthy: int = 0
+    current_healthy: int = 0
+    #: The disruption controller has seen its current spec (status.observedGeneration): until then the
+    #: Eviction API refuses every pod it covers.
+    observed: bool = True
+
+    def covers(self, pod: "Pod") -> bool:
+        return self.namespace == pod.namespace and self.selector is not None and selector_matches(
+            dict(self.selector), dict(pod.labels))
+
+    @property
+    def allows_eviction(self) -> bool:
+        return self.observed and self.disruptions_allowed > 0
+
+    def __str__(self) -> str:
+        return f"PodDisruptionBudget {self.namespace}/{self.name}"
+
+    @staticmethod
+    def from_object(obj: Mapping) -> "DisruptionBudget":
+        metadata = obj.get("metadata") or {}
+        status = obj.get("status") or {}
+        return DisruptionBudget(
+            namespace=metadata.get("namespace", ""),
+            name=metadata["name"],
+            selector=(obj.get("spec") or {}).get("selector"),
+            disruptions_allowed=int(status.get("disruptionsAllowed") or 0),
+            desired_healthy=int(status.get("desiredHealthy") or 0),
+            current_healthy=int(status.get("currentHealthy") or 0),
+            observed=int(status.get("observedGeneration") or 0) >= int(metadata.get("generation") or 0),
+        )
+
+
 @dataclass(frozen=True)
 class World:
     """What the cluster holds for one profile's rollout."""
@@ -318,6 +364,11 @@ class World:
     parents: Mapping[WorkloadRef, WorkloadRef | None] = field(default_factory=dict)
     autoscalers: tuple[Autoscaler, ...] = ()
     reports: Mapping[str, NodeReport] = field(default_factory=dict)
+    #: PodDisruptionBudgets in the namespaces of the claims: an eviction they refuse is not asked for.
+    budgets: tuple[DisruptionBudget, ...] = ()
+
+    def budgets_of(self, pod: Pod) -> list[DisruptionBudget]:
+        return [budget for budget in self.budgets if budget.covers(pod)]
 
     def owner_of(self, pod: Pod) -> WorkloadRef | None:
         """The workload a pod belongs to: Deployment via its ReplicaSet, CronJob via its Job."""
