@@ -545,10 +545,13 @@ def test_patching_pods_is_limited_to_the_release_namespace(default):
     assert not allows(roles, "", "pods", "patch", namespace="default")
 
 
-def test_the_agent_reads_its_node_and_writes_reports_nothing_else(default):
+def test_the_agent_reads_its_node_and_its_pods_and_writes_reports_nothing_else(default):
     role = find(default, "ClusterRole", f"{FULLNAME}-agent")
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+        # mountwarden.agent.pods: its node's pods (field selector spec.nodeName) and their claims' volumes.
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
+        {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get"]},
         {"apiGroups": ["mountwarden.io"], "resources": ["nodemountreports"], "verbs": ["get", "create", "update"]},
     ]
     binding = find(default, "ClusterRoleBinding", f"{FULLNAME}-agent")

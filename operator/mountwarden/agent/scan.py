@@ -38,6 +38,10 @@ MAX_REPORT_BYTES = 1_000_000
 #: Symlinks followed when resolving the kubelet root on the host, as the kernel's own limit.
 _MAX_SYMLINKS = 40
 
+#: Who a pod volume belongs to: (pod UID, volume name) -> the report's pod fields (podName, podNamespace,
+#: podOwner, claimName as pod_name, ...), or {} when the pod is not known (yet).
+PodDescriber = Callable[[str, str], dict[str, str | None]]
+
 #: The seam for the SQLite scan: given the proc root and the node's network mounts, the
 #: SQLite databases in use on them. The agent runs without one until it is plugged in.
 SqliteScanner = Callable[[ProcRoot, Sequence[ScannedMount]], Sequence[SqliteFinding]]
@@ -110,8 +114,9 @@ def _operation_summary(totals: OperationTotals) -> OperationSummary:
     )
 
 
-def mounted_volume(volume: NodeVolume, server_responding: bool | None = None) -> MountedVolume:
-    """A scanned volume in the report's shape, with its busiest operations only."""
+def mounted_volume(volume: NodeVolume, server_responding: bool | None = None,
+                   pod: dict[str, str | None] | None = None) -> MountedVolume:
+    """A scanned volume in the report's shape, with its busiest operations only (and its pod, when known)."""
     busiest = list(volume.operations.items())[:MAX_REPORTED_OPERATIONS]
     notes = list(volume.notes)
     if server_responding is False:
@@ -119,6 +124,7 @@ def mounted_volume(volume: NodeVolume, server_responding: bool | None = None) ->
                      "volume block until it answers (hard) or get I/O errors (soft).")
     return MountedVolume(
         pod_uid=volume.pod_uid,
+        **(pod or {}),
         volume_name=volume.volume_name,
         plugin=VolumePlugin(volume.plugin.value),
         driver=volume.driver,
@@ -175,12 +181,14 @@ def scan_node_report(
     network_fstypes: Sequence[str],
     sqlite_scan: SqliteScanner | None = None,
     probe: ServerProbe | None = None,
+    describe_pod: PodDescriber | None = None,
     now: datetime | None = None,
 ) -> ScanResult:
     """One scan of the node, as the NodeMountReport spec the agent writes.
 
     ``sqlite_scan`` is where the SQLite findings come from; without one the
-    report's ``sqlite`` list stays empty.
+    report's ``sqlite`` list stays empty. ``describe_pod`` names each volume's pod
+    (mountwarden.agent.pods); without one the report gives pod UIDs only.
     """
     started = time.perf_counter()
     scan = scan_proc_root(proc, kubelet_root=kubelet_root, network_fstypes=network_fstypes)
@@ -198,7 +206,10 @@ def scan_node_report(
         scan_time=now or datetime.now(UTC),
         agent_version=__version__,
         network_fstypes=list(network_fstypes),
-        volumes=[mounted_volume(volume, responding.get(volume.superblock)) for volume in scan.volumes],
+        volumes=[mounted_volume(volume, responding.get(volume.superblock),
+                                describe_pod(volume.pod_uid, volume.volume_name)
+                                if describe_pod and volume.pod_uid else None)
+                 for volume in scan.volumes],
         sqlite=sqlite,
         skipped_lines=scan.skipped_lines,
     )
