@@ -3,6 +3,7 @@
 Thin: read the profile, let the core decide, write the classes and the status.
 """
 
+import logging
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
@@ -25,6 +26,7 @@ from mountwarden.handlers.config import OperatorConfig
 from mountwarden.handlers.errors import retry_transient
 
 PROFILE = (GROUP, VERSION, PLURAL)
+log = logging.getLogger(__name__)
 
 
 def _holders(class_name: str, volumes: kopf.Index, claims: kopf.Index) -> list[str]:
@@ -92,8 +94,9 @@ def reconcile_profile(
     plan = plan_classes(name, desired, existing, make_default=profile.default, last_version=last_version(status))
     _apply(classes, plan)
     if plan.create is not None:
-        kopf.info(body, reason="VersionCreated",
-                  message=f"created StorageClass {plan.current_name}: {','.join(desired.mount_options)}")
+        message = f"created StorageClass {plan.current_name}: {','.join(desired.mount_options)}"
+        kopf.info(body, reason="VersionCreated", message=message)
+        log.info("StorageProfile %s: %s", name, message)
     for deleted in plan.delete:
         logger.info(f"deleted unused StorageClass {deleted}")
 

@@ -5,6 +5,7 @@ profiles' contracts); the API is touched only to post Events and to write a
 profile's status when its compliance changed.
 """
 
+import logging
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
@@ -22,6 +23,7 @@ from mountwarden.handlers.errors import retry_transient
 from mountwarden.handlers.indexes import one
 
 PROFILE = (GROUP, VERSION, PROFILES)
+log = logging.getLogger(__name__)
 
 _EVENT_REASONS = {"OptionMismatch": "MountPolicyDrift", "SuperblockShared": "SuperblockShared",
                   "NconnectIgnored": "NconnectIgnored"}
@@ -67,6 +69,8 @@ def assess_compliance(
     current = find_condition(status.get("conditions"), "Compliant")
     if not current or (current["status"], current["reason"], current["message"]) != (state, reason, message):
         memo.conditions.set(name, "Compliant", state, reason, message, meta.get("generation"))
+        if not current or (current["status"], current["reason"]) != (state, reason):
+            log.info("StorageProfile %s: Compliant %s (%s): %s", name, state, reason, message)
     metrics.record_compliance(name, compliance.counts(), compliance.sqlite_databases)
 
 
@@ -115,6 +119,7 @@ def _post_once(posted: set, pod_uid: str, pod: dict, reason: str, message: str) 
     if key in posted:
         return
     posted.add(key)
+    log.info("pod %s/%s: %s: %s", pod["namespace"], pod["name"], reason, message)
     kopf.warn({"apiVersion": "v1", "kind": "Pod",
                "metadata": {"name": pod["name"], "namespace": pod["namespace"], "uid": pod_uid}},
               reason=reason, message=message[:1000])

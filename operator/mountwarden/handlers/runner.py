@@ -6,6 +6,7 @@ import hashlib
 import inspect
 import logging
 import os
+import re
 from datetime import timedelta
 
 import kopf
@@ -90,6 +91,34 @@ def wake_waiters_only_on_flips() -> bool:
     return True
 
 
+#: What kopf logs at INFO every time a handler ran fine: per timer tick, per index update, per unchanged
+#: reconcile. Each change the operator makes is logged (and posted as an Event) by its handler instead.
+ROUTINE_KOPF_LINES = re.compile(
+    r"(?:(?:Handler|Timer|Indexer|Daemon|Activity|Webhook) '[^']*' succeeded"
+    r"|\w+ is processed: \d+ succeeded; 0 failed)\.")
+
+
+class RoutineLines(logging.Filter):
+    """Let kopf's routine success lines through only when debugging (--verbose): the log says what changed.
+
+    On kopf's object logger this also keeps them from being posted as Kubernetes Events.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.INFO and ROUTINE_KOPF_LINES.fullmatch(record.getMessage()):
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
+
+
+def quiet_routine_lines() -> None:
+    routine = RoutineLines()
+    for name in ("kopf.objects", *(f"kopf.activities.{activity}" for activity in
+                                   ("startup", "cleanup", "authentication", "probe"))):
+        logger = logging.getLogger(name)
+        if not any(isinstance(existing, RoutineLines) for existing in logger.filters):
+            logger.addFilter(routine)
+
+
 def configure(settings: kopf.OperatorSettings, **_) -> None:
     # Progress and the last-handled spec live in annotations: the status schema is
     # structural, so kopf's default status fields would be pruned.
@@ -144,6 +173,7 @@ def run(config: OperatorConfig, *, standalone: bool = True, liveness_endpoint: s
         peering_name: str | None = None, priority: int = 0) -> None:
     registry = register_handlers(config)
     wake_waiters_only_on_flips()
+    quiet_routine_lines()
     from mountwarden.handlers.credits import CreditFetcher
 
     client = api_client(config.kubeconfig)
