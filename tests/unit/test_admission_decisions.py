@@ -8,6 +8,7 @@ from mountwarden.core.admission import (
     ClusterView,
     ProfileChange,
     ProfileEntry,
+    consumer_keys,
     consumers_overlap,
     enforcing_profiles,
     is_network_provisioner,
@@ -45,8 +46,13 @@ def view(profiles=(), classes=(), namespaces=None, volumes=None, extra=()) -> Cl
     for cls in classes:
         if cls.profile:
             by_profile.setdefault(cls.profile, []).append(cls)
+    by_consumer: dict[tuple, list[ProfileEntry]] = {}
+    for profile in profiles:
+        for key in consumer_keys(profile):
+            by_consumer.setdefault(key, []).append(profile)
     return ClusterView(
         profiles={p.name: [p] for p in profiles},
+        profiles_by_consumer=by_consumer,
         classes={c.name: [c] for c in classes},
         classes_by_profile=by_profile,
         default_classes=[c for c in classes if c.is_default],
@@ -498,3 +504,40 @@ def test_enforcing_profiles_are_the_deny_profiles_that_declare_consumers():
     profiles = [importer(name="b", enforcement="deny"), importer(name="a", enforcement="deny"),
                 importer(name="c"), importer(name="d", enforcement="deny", namespace_selector=None)]
     assert [p.name for p in enforcing_profiles(profiles)] == ["a", "b"]
+
+
+# -- the profiles a PVC review tries ------------------------------------------------------------------
+
+
+def _selector(draw, st):
+    labels = st.dictionaries(st.sampled_from(["app", "team", "tier"]), st.sampled_from(["a", "b", "c"]), max_size=2)
+    expression = st.fixed_dictionaries({
+        "key": st.sampled_from(["app", "team", "tier"]),
+        "operator": st.sampled_from(["In", "NotIn", "Exists", "DoesNotExist"]),
+        "values": st.lists(st.sampled_from(["a", "b", "c"]), max_size=2),
+    })
+    return draw(st.one_of(st.none(), st.fixed_dictionaries({}, optional={
+        "matchLabels": labels, "matchExpressions": st.lists(expression, max_size=2)})))
+
+
+def test_the_profiles_filed_under_a_pvcs_labels_are_all_that_govern_it():
+    """The keyed lookup finds exactly what trying every profile finds, for any selectors and labels."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    labels = st.dictionaries(st.sampled_from(["app", "team", "tier"]), st.sampled_from(["a", "b", "c"]), max_size=3)
+
+    @st.composite
+    def profiles(draw):
+        return [ProfileEntry(f"p{n}", EFS, namespace_selector=_selector(draw, st), pvc_selector=_selector(draw, st))
+                for n in range(draw(st.integers(0, 6)))]
+
+    @settings(max_examples=300, deadline=None)
+    @given(profiles(), labels, labels)
+    def check(entries, namespace_labels, pvc_labels):
+        keyed = view(entries, namespaces={"ns": namespace_labels})
+        scanning = ClusterView(**{**{f: getattr(keyed, f) for f in keyed.__dataclass_fields__},
+                                  "profiles_by_consumer": None})
+        assert keyed.governing(namespace_labels, pvc_labels) == scanning.governing(namespace_labels, pvc_labels)
+
+    check()

@@ -22,6 +22,7 @@ from mountwarden.handlers.config import OperatorConfig, WebhookMode
 EFS = "efs.csi.aws.com"
 INDEXES = {
     "profiles_by_name": indexes.profiles_by_name,
+    "profiles_by_consumer": indexes.profiles_by_consumer,
     "classes_by_name": indexes.classes_by_name,
     "classes_by_profile": indexes.classes_by_profile,
     "default_classes": indexes.default_classes,
@@ -162,7 +163,7 @@ def memo(ready: bool = True) -> kopf.Memo:
 @pytest.fixture
 def cluster() -> Indexes:
     indexes = Indexes()
-    indexes.apply(profile(enforcement="deny"), "profiles_by_name")
+    indexes.apply(profile(enforcement="deny"), "profiles_by_name", "profiles_by_consumer")
     indexes.apply(storage_class("importer-scratch-v1", profile="importer-scratch", version=1), *CLASS_INDEXES)
     indexes.apply(storage_class("efs-sc"), *CLASS_INDEXES)
     indexes.apply({"metadata": {"name": "importer", "uid": "ns1", "labels": {"team": "importer"}}},
@@ -204,7 +205,7 @@ def test_nothing_is_said_until_the_indexes_are_filled(cluster):
 
 
 def test_a_failing_review_allows_the_request_and_logs_why(cluster, caplog):
-    cluster.indexers["profiles_by_name"].replace(("", "broken", "uid"), {"broken": "not a profile entry"})
+    cluster.indexers["profiles_by_consumer"].replace(("", "broken", "uid"), {("any",): "not a profile entry"})
     with caplog.at_level(logging.ERROR):
         assert validate_pvc(pvc("web", "efs-sc"), cluster, memo()) == []
     assert "the review failed; allowing the request" in caplog.text

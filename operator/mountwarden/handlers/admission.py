@@ -191,7 +191,8 @@ def enforce_deny_profiles(memo: kopf.Memo, profiles_by_name: kopf.Index, **_) ->
 
 
 def _view(memo: kopf.Memo, profiles_by_name: kopf.Index, classes_by_name: kopf.Index, classes_by_profile: kopf.Index,
-          default_classes: kopf.Index, namespace_labels: kopf.Index, volumes_by_class: kopf.Index) -> ClusterView:
+          default_classes: kopf.Index, namespace_labels: kopf.Index, volumes_by_class: kopf.Index,
+          profiles_by_consumer: kopf.Index | None = None) -> ClusterView:
     return ClusterView(
         profiles=profiles_by_name,
         classes=classes_by_name,
@@ -200,6 +201,7 @@ def _view(memo: kopf.Memo, profiles_by_name: kopf.Index, classes_by_name: kopf.I
         namespace_labels=namespace_labels,
         volumes_by_class=volumes_by_class,
         extra_network_provisioners=memo.config.network_provisioners,
+        profiles_by_consumer=profiles_by_consumer,
     )
 
 
@@ -223,9 +225,9 @@ def _answer(review: Review, warnings: list[str]) -> None:
 async def validate_pvc(body: kopf.Body, warnings: list[str], memo: kopf.Memo, logger,
                        profiles_by_name: kopf.Index, classes_by_name: kopf.Index, classes_by_profile: kopf.Index,
                        default_classes: kopf.Index, namespace_labels: kopf.Index, volumes_by_class: kopf.Index,
-                       **_) -> None:
+                       profiles_by_consumer: kopf.Index, **_) -> None:
     view = _view(memo, profiles_by_name, classes_by_name, classes_by_profile, default_classes, namespace_labels,
-                 volumes_by_class)
+                 volumes_by_class, profiles_by_consumer)
     _answer(_review(memo, logger, lambda: review_claim(Claim.from_object(body), view)), warnings)
 
 

@@ -12,6 +12,7 @@ keeps an object's previous entries when its index function returns None.
 |---|---|---|
 | contracts | profile -> its resolved Contract | reports (compliance, Events) |
 | profiles_by_name | profile -> ProfileEntry | admission |
+| profiles_by_consumer | a label its consumers must have (consumer_keys) -> ProfileEntry | admission (PVCs) |
 | rollouts_under_way | profile -> rollout phase, while not Complete | reports (Events) |
 | credit_watch_targets | region -> CreditWatchTarget (with its profile) | credits |
 | classes_by_name | class -> ClassEntry (with its profile) | admission, reports (Events), credits |
@@ -35,7 +36,7 @@ from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.nodemountreport import PLURAL as REPORTS
 from mountwarden.api.storageprofile import PLURAL as PROFILES
 from mountwarden.api.storageprofile import StorageProfileSpec
-from mountwarden.core.admission import ProfileEntry
+from mountwarden.core.admission import ProfileEntry, consumer_keys
 from mountwarden.core.compliance import Contract
 from mountwarden.core.nodereport import NodeReport, UnreadableReport
 from mountwarden.core.policy import ResolvedPolicy
@@ -100,6 +101,15 @@ def profiles_by_name(name: str, spec: kopf.Spec, status: kopf.Status, **_) -> di
     """Each valid profile as admission needs it: its consumers, its rules, its current class."""
     valid = _valid(spec)
     return {name: profile_entry(name, valid[0], status)} if valid is not None else {}
+
+
+def profiles_by_consumer(name: str, spec: kopf.Spec, status: kopf.Status, **_) -> dict:
+    """Each valid profile under a label every PVC it governs has: a PVC review tries those, not all profiles."""
+    valid = _valid(spec)
+    if valid is None:
+        return {}
+    entry = profile_entry(name, valid[0], status)
+    return {key: entry for key in consumer_keys(entry)}
 
 
 async def rollouts_under_way(name: str, status: kopf.Status, **_) -> dict:
@@ -195,5 +205,6 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     kopf.index(GROUP, VERSION, REPORTS, registry=registry)(reports_by_node)
     if config.webhook_mode != WebhookMode.OFF:
         kopf.index(*PROFILE, registry=registry)(profiles_by_name)
+        kopf.index(*PROFILE, registry=registry)(profiles_by_consumer)
         kopf.index(*STORAGE_CLASSES, registry=registry)(default_classes)
         kopf.index("v1", "namespaces", registry=registry)(namespace_labels)
