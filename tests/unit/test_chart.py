@@ -433,14 +433,18 @@ CLIENT_CALLS = {
     "create_storage_class": [("storage.k8s.io", "storageclasses", "create")],
     "patch_storage_class": [("storage.k8s.io", "storageclasses", "patch")],
     "delete_storage_class": [("storage.k8s.io", "storageclasses", "delete")],
-    # ProfileConditions reads profiles; ActiveReplica reads the peering object.
+    # ProfileConditions and rollout ticks read profiles; ActiveReplica reads the peering object.
     "get_cluster_custom_object": [("mountwarden.io", "storageprofiles", "get"),
                                   ("kopf.dev", "clusterkopfpeerings", "get", PEERING_NAME)],
     "patch_cluster_custom_object_status": [("mountwarden.io", "storageprofiles/status", "patch")],
     "list_cluster_custom_object": [("mountwarden.io", "nodemountreports", "list")],  # rollouts
-    "list_persistent_volume": [("", "persistentvolumes", "list")],
+    # adapters/watches.py: PVs, claims and pods listed in pages and watched (rollouts also list PVs).
+    "list_persistent_volume": [("", "persistentvolumes", "list"), ("", "persistentvolumes", "watch")],
+    "list_persistent_volume_claim_for_all_namespaces": [("", "persistentvolumeclaims", "list"),
+                                                        ("", "persistentvolumeclaims", "watch")],
     "patch_persistent_volume": [("", "persistentvolumes", "patch")],
     "list_namespaced_pod": [("", "pods", "list")],
+    "list_pod_for_all_namespaces": [("", "pods", "list"), ("", "pods", "watch")],
     "delete_namespaced_pod": [("", "pods", "delete")],  # a rollout remounts a replica
     "patch_namespaced_pod": [("", "pods", "patch", None, NAMESPACE)],  # its own pod's active label
     "list_namespaced_deployment": [("apps", "deployments", "list")],

@@ -26,6 +26,7 @@ import kopf
 from pydantic import ValidationError
 
 from mountwarden.adapters.peering import ActiveReplica
+from mountwarden.adapters.watches import with_cluster_indexes
 from mountwarden.adapters.webhookconfig import (
     PROFILE_WEBHOOK,
     PVC_WEBHOOK,
@@ -222,6 +223,7 @@ def _answer(review: Review, warnings: list[str]) -> None:
         raise kopf.AdmissionError(review.denial, code=403)
 
 
+@with_cluster_indexes
 async def validate_pvc(body: kopf.Body, warnings: list[str], memo: kopf.Memo, logger,
                        profiles_by_name: kopf.Index, classes_by_name: kopf.Index, classes_by_profile: kopf.Index,
                        default_classes: kopf.Index, namespace_labels: kopf.Index, volumes_by_class: kopf.Index,
@@ -254,6 +256,7 @@ def profile_change(name: str, body: Mapping, *, updating: bool) -> ProfileChange
     )
 
 
+@with_cluster_indexes
 async def validate_profile(name: str, body: kopf.Body, old: kopf.Body | None, operation: str, warnings: list[str],
                            memo: kopf.Memo, logger, profiles_by_name: kopf.Index, classes_by_name: kopf.Index,
                            classes_by_profile: kopf.Index, default_classes: kopf.Index, namespace_labels: kopf.Index,

@@ -20,6 +20,8 @@ from datetime import UTC, datetime, timedelta
 import kopf
 
 from mountwarden.adapters.aws import CreditWatchError, fetch_credit_series, make_clients
+from mountwarden.adapters.pods import PodPlacements
+from mountwarden.adapters.watches import with_cluster_indexes
 from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.storageprofile import PLURAL, CreditsStatus
 from mountwarden.core.credits import (
@@ -145,14 +147,14 @@ def _credits_status(target: CreditWatchTarget, result: CreditSeries | CreditWatc
 
 
 def consumers_on(file_system_id: str, targets: Iterable[CreditWatchTarget], reports_by_node: kopf.Index,
-                 pods_by_uid: kopf.Index, claims_by_volume: kopf.Index, classes_by_name: kopf.Index,
+                 pods: PodPlacements, claims_by_volume: kopf.Index, classes_by_name: kopf.Index,
                  ) -> ConsumerSummary:
     """The pod volumes of every profile watching ``file_system_id``, from the node reports, busiest first."""
     file_systems = {t.profile: t.file_system_id for t in targets if t.profile}
 
     def pod_of(uid: str) -> str | None:
-        pod = _first(pods_by_uid, uid)
-        return f"{pod['namespace']}/{pod['name']}" if pod else None
+        pod = pods.get(uid)
+        return f"{pod.namespace}/{pod.name}" if pod else None
 
     def storage_class_of(volume: str) -> str | None:
         claim = _first(claims_by_volume, volume)
@@ -182,11 +184,11 @@ def _first(index: kopf.Index, key):
     return next(iter(store), None) if store else None
 
 
+@with_cluster_indexes
 @retry_transient
 def watch_credits(name: str, body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta,
                   patch: kopf.Patch, memo: kopf.Memo, credit_watch_targets: kopf.Index, reports_by_node: kopf.Index,
-                  pods_by_uid: kopf.Index, claims_by_volume: kopf.Index, classes_by_name: kopf.Index,
-                  **_) -> None:
+                  claims_by_volume: kopf.Index, classes_by_name: kopf.Index, **_) -> None:
     target = watched_file_system(dict(spec))
     if target is None:
         return
@@ -194,7 +196,7 @@ def watch_credits(name: str, body: kopf.Body, spec: kopf.Spec, status: kopf.Stat
     now = datetime.now(UTC)
     targets = [t for store in credit_watch_targets.values() for t in store]
     result = memo.credit_fetcher.result(target, targets or [target], now)
-    consumers = consumers_on(target.file_system_id, [*targets, target], reports_by_node, pods_by_uid,
+    consumers = consumers_on(target.file_system_id, [*targets, target], reports_by_node, memo.pods,
                              claims_by_volume, classes_by_name)
     credits, condition = _credits_status(target, result, now, consumers)
     previous = dict(status.get("credits") or {})

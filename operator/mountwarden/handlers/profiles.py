@@ -11,6 +11,7 @@ import kopf
 from pydantic import ValidationError
 
 from mountwarden.adapters.kube import StorageClasses
+from mountwarden.adapters.watches import with_cluster_indexes
 from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.storageprofile import PLURAL, StorageProfileSpec, desired_class
 from mountwarden.core.storageclass import (
@@ -70,6 +71,7 @@ def _refuse(name: str, body: kopf.Body, memo: kopf.Memo, generation: int | None,
     kopf.warn(body, reason="InvalidSpec", message=message)
 
 
+@with_cluster_indexes
 @retry_transient
 def reconcile_profile(
     name: str, body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta, patch: kopf.Patch,
@@ -117,6 +119,7 @@ def reconcile_profile(
     })
 
 
+@with_cluster_indexes
 @retry_transient
 def release_profile(
     name: str, memo: kopf.Memo, volumes_by_class: kopf.Index, unbound_claims_by_class: kopf.Index, logger, **_
@@ -133,6 +136,7 @@ def _history_holders_changed(history: Iterable[dict], volumes: kopf.Index, claim
     return any(record.get("heldBy", []) != _holders(record["storageClassName"], volumes, claims) for record in history)
 
 
+@with_cluster_indexes
 @retry_transient
 def collect_unused_versions(
     name: str, status: kopf.Status, patch: kopf.Patch, memo: kopf.Memo,

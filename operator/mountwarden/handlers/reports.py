@@ -1,8 +1,8 @@
 """Node reports against profiles: pod Events when a mount drifts, compliance in each profile's status.
 
-Everything is answered from in-memory indexes (reports, pods, PVs, classes,
-profiles' contracts); the API is touched only to post Events and to write a
-profile's status when its compliance changed.
+Everything is answered from memory: kopf's indexes (reports, PVs, classes, profiles'
+contracts) and the pods' placements (mountwarden.adapters.pods); the API is touched only
+to post Events and to write a profile's status when its compliance changed.
 """
 
 import logging
@@ -11,6 +11,8 @@ from datetime import UTC, datetime, timedelta
 
 import kopf
 
+from mountwarden.adapters.pods import PodPlacement, PodPlacements
+from mountwarden.adapters.watches import with_cluster_indexes
 from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.nodemountreport import PLURAL as REPORTS
 from mountwarden.api.storageprofile import PLURAL as PROFILES
@@ -30,14 +32,14 @@ _EVENT_REASONS = {"OptionMismatch": "MountPolicyDrift", "SuperblockShared": "Sup
 
 
 def consumers_of(profile: str, classes_by_profile: kopf.Index, volumes_by_class: kopf.Index,
-                 claims_by_volume: kopf.Index, pods_by_claim: kopf.Index) -> list[Consumer]:
+                 claims_by_volume: kopf.Index, pods: PodPlacements) -> list[Consumer]:
     """Every (pod, PV) pair where the PV's class belongs to ``profile``."""
     consumers = []
     for storage_class in classes_by_profile.get(profile, []):
         for volume_name in volumes_by_class.get(storage_class.name, []):
             volume = one(claims_by_volume, volume_name)
-            for pod in pods_by_claim.get(volume["claim"], []) if volume else []:
-                consumers.append(Consumer(pod["uid"], pod["namespace"], pod["name"], pod["node"], volume_name))
+            for pod in pods.of_claim(*volume["claim"]) if volume else []:
+                consumers.append(Consumer(pod.uid, pod.namespace, pod.name, pod.node, volume_name))
     return consumers
 
 
@@ -46,16 +48,17 @@ def _reports(reports_by_node: kopf.Index, nodes: Iterable[str | None]) -> dict[s
     return {node: report for node, report in found.items() if report is not None}
 
 
+@with_cluster_indexes
 @retry_transient
 def assess_compliance(
     name: str, status: kopf.Status, meta: kopf.Meta, patch: kopf.Patch, memo: kopf.Memo,
     contracts: kopf.Index, reports_by_node: kopf.Index, claims_by_volume: kopf.Index, classes_by_profile: kopf.Index,
-    volumes_by_class: kopf.Index, pods_by_claim: kopf.Index, **_,
+    volumes_by_class: kopf.Index, **_,
 ) -> None:
     contract = one(contracts, name)
     if contract is None:
         return  # invalid spec: the Ready condition says why
-    consumers = consumers_of(name, classes_by_profile, volumes_by_class, claims_by_volume, pods_by_claim)
+    consumers = consumers_of(name, classes_by_profile, volumes_by_class, claims_by_volume, memo.pods)
     reports = _reports(reports_by_node, (c.node for c in consumers))
     now = datetime.now(UTC)
     stale_after = timedelta(seconds=memo.config.report_stale_after)
@@ -74,9 +77,10 @@ def assess_compliance(
     metrics.record_compliance(name, compliance.counts(), compliance.sqlite_databases)
 
 
+@with_cluster_indexes
 def announce_findings(
     name: str, spec: kopf.Spec, type: str, memo: kopf.Memo, contracts: kopf.Index, claims_by_volume: kopf.Index,
-    classes_by_name: kopf.Index, pods_by_uid: kopf.Index, rollouts_under_way: kopf.Index, **_,
+    classes_by_name: kopf.Index, rollouts_under_way: kopf.Index, **_,
 ) -> None:
     """Post a Warning Event on each pod whose mount drifted or that runs SQLite on NFS, once per finding.
 
@@ -92,14 +96,14 @@ def announce_findings(
     posted: set = memo.posted_findings
     stale_after = timedelta(seconds=memo.config.report_stale_after)
     for pod_uid, volume_name in {(m.pod_uid, m.volume_name): None for m in report.mounts if m.pod_uid}:
-        pod = one(pods_by_uid, pod_uid)
+        pod = memo.pods.get(pod_uid)
         volume = one(claims_by_volume, volume_name)
         storage_class = one(classes_by_name, volume["storageClass"]) if volume else None
         profile = storage_class.profile if storage_class else None
         contract = one(contracts, profile) if profile else None
         if pod is None or contract is None:
             continue
-        verdict = assess(Consumer(pod_uid, pod["namespace"], pod["name"], name, volume_name), contract,
+        verdict = assess(Consumer(pod_uid, pod.namespace, pod.name, name, volume_name), contract,
                          {name: report}, now=report.scan_time, stale_after=stale_after)
         if verdict.state is VolumeState.DRIFTED and profile not in rollouts_under_way:
             for finding in verdict.findings:
@@ -108,20 +112,20 @@ def announce_findings(
                                f"{volume_name} on {name} (StorageProfile {profile}): {finding.message} "
                                f"{finding.remedy}".strip())
     for use in report.sqlite:
-        pod = one(pods_by_uid, use.pod_uid) if use.pod_uid else None
+        pod = memo.pods.get(use.pod_uid) if use.pod_uid else None
         if pod is not None:
             _post_once(posted, use.pod_uid, pod, "SQLiteOnNFS",
                        f"{use.volume_name or 'a network volume'} on {name}: {use.message}")
 
 
-def _post_once(posted: set, pod_uid: str, pod: dict, reason: str, message: str) -> None:
+def _post_once(posted: set, pod_uid: str, pod: PodPlacement, reason: str, message: str) -> None:
     key = (pod_uid, reason, message)
     if key in posted:
         return
     posted.add(key)
-    log.info("pod %s/%s: %s: %s", pod["namespace"], pod["name"], reason, message)
+    log.info("pod %s/%s: %s: %s", pod.namespace, pod.name, reason, message)
     kopf.warn({"apiVersion": "v1", "kind": "Pod",
-               "metadata": {"name": pod["name"], "namespace": pod["namespace"], "uid": pod_uid}},
+               "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod_uid}},
               reason=reason, message=message[:1000])
 
 

@@ -4,7 +4,7 @@ One daemon per StorageProfile runs a tick whenever something happens that can mo
 its rollout on, and only then:
 
 - the profile's target changes: a new version reconciled, an approval, a new rollout policy;
-- a volume of its classes comes, goes or is patched;
+- a volume of its classes comes, goes or is patched (told by the PVs' watch, mountwarden.adapters.watches);
 - a workload of its rollout changes (its own rollout progresses: replicas updated, ready), or its
   HorizontalPodAutoscaler does (one at zero replicas disables itself);
 - a node report changes while the rollout verifies replicas (their mounts appear).
@@ -23,7 +23,7 @@ tick.
 import asyncio
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 
 import kopf
@@ -31,6 +31,7 @@ import kubernetes
 from pydantic import ValidationError
 
 from mountwarden.adapters.kube import TransientApiError, transient_errors
+from mountwarden.adapters.watches import Entries, with_cluster_indexes
 from mountwarden.adapters.workloads import ClusterWorkloads
 from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.nodemountreport import PLURAL as REPORTS
@@ -49,7 +50,6 @@ from mountwarden.core.rollout import (
 )
 from mountwarden.handlers.config import OperatorConfig
 from mountwarden.handlers.errors import backoff
-from mountwarden.handlers.indexes import one
 
 PROFILE = (GROUP, VERSION, PLURAL)
 WORKLOAD_RESOURCES = (("apps", "v1", "deployments"), ("apps", "v1", "statefulsets"), ("apps", "v1", "daemonsets"))
@@ -66,9 +66,12 @@ class RolloutWakeups:
     tables are rewritten by ticks in worker threads, hence the lock.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._loop = loop
         self._events: dict[str, asyncio.Event] = {}
         self._lock = threading.Lock()
+        #: Each class of a profile's lineage -> the profile (from its last tick's target).
+        self._classes: dict[str, str] = {}
         #: (kind, namespace, name) of a workload -> the profiles whose rollout lists it.
         self._workloads: dict[tuple[str, str, str], set[str]] = {}
         self._followed: dict[str, set[tuple[str, str, str]]] = {}
@@ -82,6 +85,20 @@ class RolloutWakeups:
 
     def wake(self, profile: str) -> None:
         self.event(profile).set()
+
+    def wake_for_classes_threadsafe(self, classes: Iterable[str]) -> None:
+        """From another thread (a watch): wake the profiles whose lineage holds any of ``classes``."""
+        with self._lock:
+            profiles = {self._classes[cls] for cls in classes if cls in self._classes}
+        if profiles and self._loop is not None:
+            for profile in profiles:
+                self._loop.call_soon_threadsafe(self.wake, profile)
+
+    def lineage(self, profile: str, classes: Iterable[str]) -> None:
+        with self._lock:
+            for cls in [cls for cls, owner in self._classes.items() if owner == profile]:
+                del self._classes[cls]
+            self._classes.update(dict.fromkeys(classes, profile))
 
     def wake_for_workload(self, kind: str, namespace: str, name: str) -> None:
         with self._lock:
@@ -121,6 +138,7 @@ class RolloutWakeups:
 
     def forget(self, profile: str) -> None:
         self.follow(profile, None)
+        self.lineage(profile, ())
         with self._lock:
             self._targets.pop(profile, None)
             self._followed.pop(profile, None)
@@ -192,6 +210,7 @@ class ProfileRollout:
         target = _target(self.name, body.get("spec") or {}, body.get("status") or {}, body.get("metadata") or {})
         if target is None:
             return False
+        self.wakeups.lineage(self.name, (version.storage_class for version in target.lineage))
         volumes = {version.storage_class: list(volumes_by_class.get(version.storage_class, []))
                    for version in target.lineage}
         older = [pv for cls, pvs in volumes.items() if cls != target.version.storage_class for pv in pvs]
@@ -223,6 +242,7 @@ async def _next_wakeup(wake: asyncio.Event, stopped: kopf.DaemonStopped, timeout
             waiter.cancel()
 
 
+@with_cluster_indexes
 async def drive_rollout(name: str, body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped,
                         volumes_by_class: kopf.Index, logger: logging.Logger, **_) -> None:
     """The profile's rollout daemon: a tick at start, then one per wake-up (or per safety-net interval)."""
@@ -264,10 +284,11 @@ async def wake_on_target_change(name: str, spec: kopf.Spec, status: kopf.Status,
         memo.rollout_wakeups.wake(name)
 
 
-async def wake_on_volume_change(spec: kopf.Spec, memo: kopf.Memo, classes_by_name: kopf.Index, **_) -> None:
-    entry = one(classes_by_name, spec.get("storageClassName"))
-    if entry is not None and entry.profile:
-        memo.rollout_wakeups.wake(entry.profile)
+def volume_changed(wakeups: RolloutWakeups):
+    """A PV of a profile's lineage came, went or changed (told by the PVs' watch, in its thread)."""
+    def listener(uid: str, before: Entries, after: Entries) -> None:
+        wakeups.wake_for_classes_threadsafe({*before.get("volumes_by_class", {}), *after.get("volumes_by_class", {})})
+    return listener
 
 
 async def wake_on_workload_change(name: str, namespace: str, body: kopf.Body, memo: kopf.Memo, **_) -> None:
@@ -284,15 +305,15 @@ async def wake_on_report_change(memo: kopf.Memo, **_) -> None:
     memo.rollout_wakeups.wake_verifying()
 
 
-def start_wakeups(memo: kopf.Memo, **_) -> None:
-    memo.rollout_wakeups = RolloutWakeups()
+async def start_wakeups(memo: kopf.Memo, **_) -> None:
+    memo.rollout_wakeups = RolloutWakeups(asyncio.get_running_loop())
+    memo.watches.volumes.listeners.append(volume_changed(memo.rollout_wakeups))
 
 
 def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     kopf.on.startup(registry=registry)(start_wakeups)
     kopf.daemon(*PROFILE, registry=registry, cancellation_timeout=5.0)(drive_rollout)
     kopf.on.event(*PROFILE, registry=registry)(wake_on_target_change)
-    kopf.on.event("persistentvolumes", registry=registry)(wake_on_volume_change)
     for resource in WORKLOAD_RESOURCES:
         kopf.on.event(*resource, registry=registry)(wake_on_workload_change)
     kopf.on.event("autoscaling", "v2", "horizontalpodautoscalers", registry=registry)(wake_on_autoscaler_change)

@@ -12,6 +12,7 @@ from datetime import timedelta
 import kopf
 
 from mountwarden.adapters.kube import ProfileConditions, StorageClasses, api_client
+from mountwarden.adapters.pods import PodPlacements
 from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.storageprofile import PLURAL
 from mountwarden.handlers import metrics
@@ -128,6 +129,8 @@ def configure(settings: kopf.OperatorSettings, **_) -> None:
         prefix=PREFIX, key="last-handled-configuration"
     )
     settings.posting.level = logging.INFO
+    # Lists in pages: at start, kopf then holds one page of a resource at a time, not all of it.
+    settings.watching.chunk_size = 500
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 60
@@ -175,14 +178,18 @@ def run(config: OperatorConfig, *, standalone: bool = True, liveness_endpoint: s
     wake_waiters_only_on_flips()
     quiet_routine_lines()
     from mountwarden.handlers.credits import CreditFetcher
+    from mountwarden.handlers.indexes import cluster_watches
 
     client = api_client(config.kubeconfig)
+    watches = cluster_watches(client)
     memo = kopf.Memo(
         config=config,
         kube_client=client,
         storage_classes=StorageClasses(client),
         conditions=ProfileConditions(client, GROUP, VERSION, PLURAL),
         posted_findings=set(),
+        watches=watches,
+        pods=PodPlacements(watches.pods),
         credit_fetcher=CreditFetcher(timedelta(seconds=config.credit_interval)),
     )
     metrics.serve(config.metrics_port)
