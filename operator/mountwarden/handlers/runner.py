@@ -112,6 +112,9 @@ class RoutineLines(logging.Filter):
 
 
 def quiet_routine_lines() -> None:
+    # aiohttp logs every webhook request (one line per PVC created in the cluster, and a twelfth of the
+    # webhook's time): errors only.
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     routine = RoutineLines()
     for name in ("kopf.objects", *(f"kopf.activities.{activity}" for activity in
                                    ("startup", "cleanup", "authentication", "probe"))):
