@@ -1,6 +1,10 @@
 """Admission decisions on PVCs and StorageProfiles: every warning and denial, with its exact text."""
 
+import dataclasses
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mountwarden.core.admission import (
     Claim,
@@ -509,35 +513,27 @@ def test_enforcing_profiles_are_the_deny_profiles_that_declare_consumers():
 # -- the profiles a PVC review tries ------------------------------------------------------------------
 
 
-def _selector(draw, st):
-    labels = st.dictionaries(st.sampled_from(["app", "team", "tier"]), st.sampled_from(["a", "b", "c"]), max_size=2)
-    expression = st.fixed_dictionaries({
-        "key": st.sampled_from(["app", "team", "tier"]),
-        "operator": st.sampled_from(["In", "NotIn", "Exists", "DoesNotExist"]),
-        "values": st.lists(st.sampled_from(["a", "b", "c"]), max_size=2),
-    })
-    return draw(st.one_of(st.none(), st.fixed_dictionaries({}, optional={
-        "matchLabels": labels, "matchExpressions": st.lists(expression, max_size=2)})))
+LABEL_KEYS = ["app", "team", "tier"]
+LABEL_VALUES = ["a", "b", ""]
+label_sets = st.dictionaries(st.sampled_from(LABEL_KEYS), st.sampled_from(LABEL_VALUES), max_size=3)
+expressions = st.fixed_dictionaries({
+    "key": st.sampled_from(LABEL_KEYS),
+    "operator": st.sampled_from(["In", "NotIn", "Exists", "DoesNotExist"]),
+    "values": st.lists(st.sampled_from(LABEL_VALUES), max_size=2),
+})
+#: None (no selector), {} (every one), or matchLabels and/or expressions over a few keys and values.
+selectors = st.one_of(st.none(), st.fixed_dictionaries({}, optional={
+    "matchLabels": label_sets, "matchExpressions": st.lists(expressions, max_size=3)}))
+profile_lists = st.lists(st.builds(ProfileEntry, name=st.uuids().map(str), provisioner=st.just(EFS),
+                                   namespace_selector=selectors, pvc_selector=selectors), max_size=8)
 
 
-def test_the_profiles_filed_under_a_pvcs_labels_are_all_that_govern_it():
-    """The keyed lookup finds exactly what trying every profile finds, for any selectors and labels."""
-    from hypothesis import given, settings
-    from hypothesis import strategies as st
-
-    labels = st.dictionaries(st.sampled_from(["app", "team", "tier"]), st.sampled_from(["a", "b", "c"]), max_size=3)
-
-    @st.composite
-    def profiles(draw):
-        return [ProfileEntry(f"p{n}", EFS, namespace_selector=_selector(draw, st), pvc_selector=_selector(draw, st))
-                for n in range(draw(st.integers(0, 6)))]
-
-    @settings(max_examples=300, deadline=None)
-    @given(profiles(), labels, labels)
-    def check(entries, namespace_labels, pvc_labels):
-        keyed = view(entries, namespaces={"ns": namespace_labels})
-        scanning = ClusterView(**{**{f: getattr(keyed, f) for f in keyed.__dataclass_fields__},
-                                  "profiles_by_consumer": None})
-        assert keyed.governing(namespace_labels, pvc_labels) == scanning.governing(namespace_labels, pvc_labels)
-
-    check()
+@settings(max_examples=500, deadline=None)
+@given(profile_lists, label_sets, label_sets)
+def test_the_keyed_lookup_of_profiles_finds_exactly_what_a_full_scan_finds(entries, namespace_labels, pvc_labels):
+    """A PVC review looks only at the profiles filed under its labels (profiles_by_consumer): never fewer or more."""
+    keyed = view(entries, namespaces={"ns": namespace_labels})
+    scanning = dataclasses.replace(keyed, profiles_by_consumer=None)  # None: try every profile
+    found = keyed.governing(namespace_labels, pvc_labels)
+    assert found == scanning.governing(namespace_labels, pvc_labels)
+    assert found == sorted((p for p in entries if p.governs(namespace_labels, pvc_labels)), key=lambda p: p.name)
