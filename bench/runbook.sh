@@ -17,6 +17,8 @@ set -euo pipefail
 namespace=$1 options=$2 expected=$3
 shift 3
 poll=${RUNBOOK_POLL:-0.5}
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
 
 options_json=$(jq -cn --arg o "$options" '$o | split(",")')
 for pv in "$@"; do
@@ -25,13 +27,15 @@ done
 
 # Prints "verified", or the replicas whose reported mount kept other options, or nothing (not reported yet).
 check() {
-  local deployment=$1 spec selector pods reports
+  local deployment=$1 spec selector
   spec=$(kubectl get deployment -n "$namespace" "$deployment" -o json)
   selector=$(jq -r '.spec.selector.matchLabels | to_entries | map("\(.key)=\(.value)") | join(",")' <<<"$spec")
-  pods=$(kubectl get pods -n "$namespace" -l "$selector" -o json)
-  reports=$(kubectl get nodemountreports -o json)
-  jq -rn --argjson pods "$pods" --argjson reports "$reports" --argjson expected "$expected" \
-    --argjson replicas "$(jq .spec.replicas <<<"$spec")" '
+  # Files, not arguments: the reports of a cluster outgrow one argument (128 KiB, execve(2): E2BIG).
+  kubectl get pods -n "$namespace" -l "$selector" -o json >"$scratch/pods.json"
+  kubectl get nodemountreports -o json >"$scratch/reports.json"
+  jq -rn --slurpfile pods "$scratch/pods.json" --slurpfile reports "$scratch/reports.json" \
+    --argjson expected "$expected" --argjson replicas "$(jq .spec.replicas <<<"$spec")" '
+    $pods[0] as $pods | $reports[0] as $reports |
     [$pods.items[] | select(.metadata.deletionTimestamp == null)
      | .metadata.uid as $uid | .spec.nodeName as $node
      | {name: .metadata.name,
