@@ -85,11 +85,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", nargs="*", choices=sorted(BENCHMARKS), help="run only these")
     parser.add_argument("--quick", action="store_true", help="small sizes: check the benchmarks run, not the figures")
+    parser.add_argument("--reuse", nargs="*", default=[], choices=sorted(BENCHMARKS),
+                        help="don't run these: take their figures from bench/results/NAME.json of an earlier run "
+                             "(marked 'reused' with that run's date in the summary)")
     args = parser.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
     runs: dict[str, dict] = {}
+    for name in args.reuse:
+        path = RESULTS / f"{name}.json"
+        earlier = json.loads(path.read_text())
+        runs[name] = {"status": "reused", "date": earlier.get("date") or earlier.get("started_at"),
+                      "figures": figures(name)}
     load_before = [round(value, 2) for value in os.getloadavg()]
-    for name in args.only or BENCHMARKS:
+    for name in [name for name in args.only or BENCHMARKS if name not in args.reuse]:
         full, quick = BENCHMARKS[name]
         script = ROOT / (quick if args.quick else full)[0]
         if not script.exists():
@@ -127,8 +135,8 @@ def main() -> None:
     lines += [f"| `{key}` | {json.dumps(value) if value is not None else 'n/a'} | "
               f"{f'<= {GOALS[key]} ({verdict(key, value)})' if key in GOALS else ''} | {HEADLINE[key]} |"
               for key, value in headline.items() if key in HEADLINE]
-    lines += ["", "| benchmark | status | seconds |", "|---|---|---|"]
-    lines += [f"| {name} | {run['status']} | {run.get('seconds', '')} |" for name, run in runs.items()]
+    lines += ["", "| benchmark | status | seconds (or date, reused) |", "|---|---|---|"]
+    lines += [f"| {name} | {run['status']} | {run.get('seconds', run.get('date', ''))} |" for name, run in runs.items()]
     (RESULTS / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     if any(run["status"] == "failed" for run in runs.values()):
