@@ -28,20 +28,27 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "agent": (["bench/agent.py", "--scans", "20"], ["bench/agent.py", "--scans", "3"]),
     "cloudwatch": (["bench/cloudwatch.py"], ["bench/cloudwatch.py"]),
     "webhook": (["bench/webhook.py"], ["bench/webhook.py", "--profiles", "100", "--classes", "1000",
-                                       "--samples", "2000", "--creates", "50"]),
-    "rollout": (["bench/rollout.py"], ["bench/rollout.py", "--deployments", "4"]),
+                                       "--samples", "2000", "--creates", "50", "--cluster-classes", "1000"]),
+    "rollout": (["bench/rollout.py"], ["bench/rollout.py", "--deployments", "4", "--rounds", "1"]),
     "scale": (["bench/scale.py"], ["bench/scale.py", "--pvs", "500", "--pods", "2000", "--nodes", "10",
-                                   "--touched", "100"]),
+                                   "--touched", "100", "--creates", "50"]),
+    "agent_latency": (["bench/agent_latency.py"], ["bench/agent_latency.py", "--mounts", "5", "--lab-mounts", "3"]),
     "lab": (["bench/lab.py"], ["bench/lab.py", "--boots", "1", "--skip-cold"]),
     "realnode": (["bench/realnode.py"], ["bench/realnode.py"]),
 }
 
 #: The figures a script can find by name, and the benchmark that measures each.
 HEADLINE = {
-    "webhook_p99_ms": "webhook",
     "rollout_overhead_ratio": "rollout",
-    "parser_vs_procfs_ratio": "parsers",
     "operator_rss_mib": "scale",
+    "operator_ready_s": "scale",
+    "scale_change_requests_ratio": "scale",
+    "webhook_added_p50_vs_null": "webhook",
+    "webhook_added_p99_vs_null": "webhook",
+    "under_load_webhook_added_p50_vs_null": "scale",
+    "under_load_webhook_added_p99_vs_null": "scale",
+    "agent_report_latency_ms": "agent_latency",
+    "parser_vs_procfs_ratio": "parsers",
     "agent_scan_cpu_ms": "agent",
     "cloudwatch_requests_per_interval": "cloudwatch",
     "lab_build_cold_s": "lab",
@@ -50,23 +57,50 @@ HEADLINE = {
     "real_node_ready_s": "realnode",
     "realnode_rollout_s": "realnode",
 }
+#: The goals of issue 14, for the figures that have one: (comparison, bound).
+GOALS = {
+    "rollout_overhead_ratio": 1.2,
+    "operator_rss_mib": 300,
+    "operator_ready_s": 30,
+    "scale_change_requests_ratio": 1.1,
+    "webhook_added_p50_vs_null": 1.5,
+    "webhook_added_p99_vs_null": 1.5,
+    "under_load_webhook_added_p50_vs_null": 1.5,
+    "under_load_webhook_added_p99_vs_null": 1.5,
+}
 
 
 def figures(name: str) -> dict:
     path = RESULTS / f"{name}.json"
     document = json.loads(path.read_text())
     flat = document.get("summary", document)
-    return {key: value for key, value in flat.items() if isinstance(value, int | float | str | bool)}
+    return {key: value for key, value in flat.items() if isinstance(value, int | float | str | bool | dict)}
+
+
+def verdict(key: str, value) -> str:
+    """'met' or 'missed' against the goal, '' for a figure without one (or without a value)."""
+    if key not in GOALS or not isinstance(value, int | float):
+        return ""
+    return "met" if value <= GOALS[key] else "missed"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", nargs="*", choices=sorted(BENCHMARKS), help="run only these")
     parser.add_argument("--quick", action="store_true", help="small sizes: check the benchmarks run, not the figures")
+    parser.add_argument("--reuse", nargs="*", default=[], choices=sorted(BENCHMARKS),
+                        help="don't run these: take their figures from bench/results/NAME.json of an earlier run "
+                             "(marked 'reused' with that run's date in the summary)")
     args = parser.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
     runs: dict[str, dict] = {}
-    for name in args.only or BENCHMARKS:
+    for name in args.reuse:
+        path = RESULTS / f"{name}.json"
+        earlier = json.loads(path.read_text())
+        runs[name] = {"status": "reused", "date": earlier.get("date") or earlier.get("started_at"),
+                      "figures": figures(name)}
+    load_before = [round(value, 2) for value in os.getloadavg()]
+    for name in [name for name in args.only or BENCHMARKS if name not in args.reuse]:
         full, quick = BENCHMARKS[name]
         script = ROOT / (quick if args.quick else full)[0]
         if not script.exists():
@@ -82,20 +116,30 @@ def main() -> None:
             runs[name] = {"status": "failed", "seconds": elapsed, "error": done.stderr[-2000:]}
             continue
         runs[name] = {"status": "ok", "seconds": elapsed, "figures": figures(name)}
-    headline = {key: runs.get(name, {}).get("figures", {}).get(key) for key, name in HEADLINE.items()}
+    date = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    headline = {"date": date, "cpus": os.cpu_count(),
+                **{key: runs.get(name, {}).get("figures", {}).get(key) for key, name in HEADLINE.items()}}
     summary = {
-        "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "date": date,
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
+                    # Shared by other work: the load says how noisy the figures are.
+                    "load_average_before": load_before,
+                    "load_average_after": [round(value, 2) for value in os.getloadavg()]},
         "quick": args.quick,
         "headline": headline,
+        "goals": {key: {"at_most": bound, "verdict": verdict(key, headline.get(key))} for key, bound in GOALS.items()},
         "benchmarks": runs,
     }
     (RESULTS / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    lines = [f"# Benchmarks ({summary['date']}, {os.cpu_count()} CPUs{', quick' if args.quick else ''})", "",
-             "| figure | value | from |", "|---|---|---|"]
-    lines += [f"| `{key}` | {value if value is not None else 'n/a'} | {HEADLINE[key]} |" for key, value in headline.items()]
-    lines += ["", "| benchmark | status | seconds |", "|---|---|---|"]
-    lines += [f"| {name} | {run['status']} | {run.get('seconds', '')} |" for name, run in runs.items()]
+    machine = summary["machine"]
+    lines = [f"# Benchmarks ({date}, {os.cpu_count()} CPUs{', quick' if args.quick else ''})", "",
+             f"Load average before and after: {machine['load_average_before']} -> {machine['load_average_after']}.", "",
+             "| figure | value | goal | from |", "|---|---|---|---|"]
+    lines += [f"| `{key}` | {json.dumps(value) if value is not None else 'n/a'} | "
+              f"{f'<= {GOALS[key]} ({verdict(key, value)})' if key in GOALS else ''} | {HEADLINE[key]} |"
+              for key, value in headline.items() if key in HEADLINE]
+    lines += ["", "| benchmark | status | seconds (or date, reused) |", "|---|---|---|"]
+    lines += [f"| {name} | {run['status']} | {run.get('seconds', run.get('date', ''))} |" for name, run in runs.items()]
     (RESULTS / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     if any(run["status"] == "failed" for run in runs.values()):

@@ -7,20 +7,25 @@ through the API): --profiles StorageProfiles, --pvs PVs of their classes pre-bou
 PVCs, and --pods bare pods mounting them, bound to the nodes directly. Then the operator
 starts as users run it (a separate process, its HTTP requests counted at the transport), and:
 
-- operator_startup_seconds: from its start until a profile created at that moment is Ready
-  (kopf runs no handler before its indexes are filled, so this includes listing the cluster);
+- operator_ready_s: from its start until a profile created at that moment is Ready (kopf runs
+  no handler before its indexes are filled, so this includes listing the cluster);
 - operator_rss_mib: its peak resident memory over the whole run (sampled every 0.5 s);
 - profile_change_seconds and profile_change_api_requests: one profile change (PatchBoundVolumes,
-  Automatic) that touches --touched PVs, until every one of them carries the new options;
-- webhook_under_load_p50_ms / _p99_ms: PVC creates through the API server, with the webhook,
-  while all of the above is loaded.
+  Automatic) that touches --touched PVs, until its rollout is Complete and every one of them
+  carries the new options; scale_change_requests_ratio divides the requests by the minimal
+  number: one PATCH per PV, the new StorageClass (POST), the old one marked superseded (PATCH),
+  the profile's status with the new version (PATCH) and its rollout's (PATCH): --touched + 4.
+  Everything else a change needs to know is in the watches the operator holds already;
+- the webhook under this load: PVC creates with no webhook, through the null webhook and through
+  mountwarden's, interleaved (bench/admission.py): under_load_* figures.
 
-Writes bench/results/scale.json. Figures, not assertions.
+With --memory-profile, the operator's memory over time and what it holds near its peak
+(bench/memprofile.py). Writes bench/results/scale.json. Figures, not assertions.
 """
 
 import argparse
 import json
-import math
+import os
 import sys
 import tempfile
 import threading
@@ -34,10 +39,15 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.rollout import GROUP, VERSION, Operator, install_crds, wait  # noqa: E402
+from bench import admission  # noqa: E402
+from bench.rollout import GROUP, MEMPROFILE_ENV, VERSION, Operator, install_crds, wait  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 NAMESPACES = 10
+#: The operator's own namespace, which its webhook leaves out: the null webhook's PVCs go there.
+NULL_NAMESPACE = "scale-null"
+#: Beyond one PATCH per PV: the new class, the old one superseded, the profile's status, its rollout's.
+MINIMAL_CHANGE_WRITES = 4
 
 
 def profile(name: str, cache_policy: str) -> dict:
@@ -118,11 +128,6 @@ def load(api, args) -> tuple[list[str], dict[str, list[str]]]:
     return profiles, volumes
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
-
-
 def run(args, kubeconfig: str, workdir: Path) -> dict:
     import kubernetes
 
@@ -133,7 +138,10 @@ def run(args, kubeconfig: str, workdir: Path) -> dict:
     profiles, volumes = load(api, args)
     load_seconds = time.monotonic() - started
 
-    operator = Operator(kubeconfig, 5.0, workdir, extra_args=("--webhook-mode", "local"))
+    if args.memory_profile:
+        os.environ[MEMPROFILE_ENV] = str(args.memory_profile.resolve())
+    operator = Operator(kubeconfig, 30.0, workdir,
+                        extra_args=("--webhook-mode", "local", "--namespace", NULL_NAMESPACE))
     rss = PeakRss(operator.process.pid)
     started = time.monotonic()
     custom.create_cluster_custom_object(GROUP, VERSION, "storageprofiles", profile("scale-probe", "cached"))
@@ -152,30 +160,27 @@ def run(args, kubeconfig: str, workdir: Path) -> dict:
         started = time.monotonic()
         custom.patch_cluster_custom_object(GROUP, VERSION, "storageprofiles", profiles[0],
                                            {"spec": profile(profiles[0], "cached")["spec"]})
-        new = wait(lambda: (s := custom.get_cluster_custom_object(GROUP, VERSION, "storageprofiles", profiles[0])
-                            .get("status") or {}).get("version") == 2 and s["effectiveMountOptions"],
-                   "version 2", timeout=300)
-        touched_set = set(touched)
+        def status() -> dict:
+            return custom.get_cluster_custom_object(GROUP, VERSION, "storageprofiles", profiles[0]).get("status") or {}
 
-        def patched() -> bool:
-            pvs = core.list_persistent_volume().items
-            done = [pv for pv in pvs if pv.metadata.name in touched_set and pv.spec.mount_options == new]
-            return len(done) == len(touched_set)
-
-        wait(patched, f"{len(touched)} PVs patched", timeout=1800, interval=2.0)
+        complete = wait(lambda: (s := status()).get("version") == 2 and (s.get("rollout") or {}).get("phase") ==
+                        "Complete" and s["rollout"].get("targetVersion") == 2 and s, "the rollout to version 2",
+                        timeout=1800, interval=0.5)
         change_seconds = time.monotonic() - started
         requests = operator.counts() - before
+        touched_set, new = set(touched), complete["effectiveMountOptions"]
+        patched = [pv for pv in core.list_persistent_volume().items
+                   if pv.metadata.name in touched_set and pv.spec.mount_options == new]
+        if len(patched) != len(touched):
+            raise RuntimeError(f"the rollout is Complete with {len(patched)} of {len(touched)} PVs patched")
 
-        namespace = "scale-webhook"
-        core.create_namespace({"metadata": {"name": namespace}})
-        latencies = []
-        for index in range(args.creates):
-            began = time.perf_counter()
-            core.create_namespaced_persistent_volume_claim(namespace, {
-                "metadata": {"name": f"claim-{index}"},
-                "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": f"{profiles[1]}-v1",
-                         "resources": {"requests": {"storage": "1Gi"}}}})
-            latencies.append(time.perf_counter() - began)
+        namespaces = {"none": admission.NONE_NAMESPACE, "null": NULL_NAMESPACE, "mountwarden": "scale-webhook"}
+        for namespace in (NULL_NAMESPACE, "scale-webhook"):
+            core.create_namespace({"metadata": {"name": namespace}})
+        with admission.null_webhook(api, NULL_NAMESPACE, workdir):
+            timings = admission.interleaved(
+                core, namespaces, args.creates, lambda i: admission.pvc("claim", f"{profiles[1]}-v1"))
+        admission.delete_claims(core, admission.NONE_NAMESPACE, "claim-")
     finally:
         peak = rss.stop()
         operator.stop()
@@ -183,14 +188,17 @@ def run(args, kubeconfig: str, workdir: Path) -> dict:
         "summary": {
             "nodes": args.nodes, "pvs": args.pvs, "pvcs": args.pvs, "pods": args.pods, "profiles": args.profiles,
             "load_seconds": round(load_seconds, 1),
-            "operator_startup_seconds": round(startup, 2),
+            "operator_ready_s": round(startup, 2),
             "operator_rss_mib": round(peak / 2**20, 1),
             "profile_change_pvs": len(touched),
             "profile_change_seconds": round(change_seconds, 1),
             "profile_change_api_requests": sum(requests.values()),
-            "webhook_under_load_p50_ms": round(percentile(latencies, 0.5) * 1000, 2),
-            "webhook_under_load_p99_ms": round(percentile(latencies, 0.99) * 1000, 2),
+            "profile_change_minimal_requests": len(touched) + MINIMAL_CHANGE_WRITES,
+            "scale_change_requests_ratio": round(sum(requests.values()) / (len(touched) + MINIMAL_CHANGE_WRITES), 3),
+            **admission.figures(timings, prefix="under_load_"),
         },
+        "cpus": os.cpu_count(),
+        "load_average": [round(value, 2) for value in os.getloadavg()],
         "profile_change_requests_by_kind": dict(requests.most_common()),
         "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
@@ -204,6 +212,8 @@ def main() -> None:
     parser.add_argument("--profiles", type=int, default=5)
     parser.add_argument("--touched", type=int, default=1000, help="PVs of the profile that changes")
     parser.add_argument("--creates", type=int, default=200, help="PVC creates timed through the webhook")
+    parser.add_argument("--memory-profile", type=Path, help="Write the operator's memory profile (tracemalloc, "
+                        "near its peak) here; slows the operator, so this run's timings are not figures.")
     args = parser.parse_args()
     from mountwarden.devcluster import local_cluster
 

@@ -109,7 +109,9 @@ class OperatorProcess:
     def start(self) -> None:
         self.starts += 1
         env = {**os.environ, "MOUNTWARDEN_COLLECT_INTERVAL": "2", "MOUNTWARDEN_CREDIT_INTERVAL": "10",
-               "MOUNTWARDEN_COMPLIANCE_INTERVAL": "2", "MOUNTWARDEN_ROLLOUT_INTERVAL": "1",
+               "MOUNTWARDEN_COMPLIANCE_INTERVAL": "2",
+               # Longer than any test waits for a rollout: only events can move one on.
+               "MOUNTWARDEN_ROLLOUT_INTERVAL": "3600",
                **self.extra_env}
         entry = ["-c", f"{self.fault}\nfrom mountwarden.cli import main\nmain()"] if self.fault else ["-m", "mountwarden"]
         self.process = subprocess.Popen(

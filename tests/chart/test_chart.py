@@ -481,17 +481,22 @@ CLIENT_CALLS = {
     "create_storage_class": [("storage.k8s.io", "storageclasses", "create")],
     "patch_storage_class": [("storage.k8s.io", "storageclasses", "patch")],
     "delete_storage_class": [("storage.k8s.io", "storageclasses", "delete")],
-    # ActiveReplica reads the peering object. (Conditions are applied, never read first.)
-    "get_cluster_custom_object": [("kopf.dev", "clusterkopfpeerings", "get", PEERING_NAME)],
+    # Rollout ticks read profiles; ActiveReplica reads the peering object. (Conditions are applied, never read first.)
+    "get_cluster_custom_object": [("mountwarden.io", "storageprofiles", "get"),
+                                  ("kopf.dev", "clusterkopfpeerings", "get", PEERING_NAME)],
     "patch_cluster_custom_object_status": [("mountwarden.io", "storageprofiles/status", "patch")],
     "list_cluster_custom_object": [("mountwarden.io", "nodemountreports", "list")],  # rollouts
-    "list_persistent_volume": [("", "persistentvolumes", "list")],
+    # adapters/watches.py: PVs, claims and pods listed in pages and watched (rollouts also list PVs).
+    "list_persistent_volume": [("", "persistentvolumes", "list"), ("", "persistentvolumes", "watch")],
+    "list_persistent_volume_claim_for_all_namespaces": [("", "persistentvolumeclaims", "list"),
+                                                        ("", "persistentvolumeclaims", "watch")],
     "patch_persistent_volume": [("", "persistentvolumes", "patch")],
     "list_namespaced_pod": [("", "pods", "list")],
     # A rollout evicts a replica so that it remounts (never a delete: PodDisruptionBudgets hold), and reads the
     # budgets first.
     "create_namespaced_pod_eviction": [("", "pods/eviction", "create")],
     "list_namespaced_pod_disruption_budget": [("policy", "poddisruptionbudgets", "list")],
+    "list_pod_for_all_namespaces": [("", "pods", "list"), ("", "pods", "watch")],
     "patch_namespaced_pod": [("", "pods", "patch", None, NAMESPACE)],  # its own pod's active label
     "list_namespaced_deployment": [("apps", "deployments", "list")],
     "list_namespaced_stateful_set": [("apps", "statefulsets", "list")],
@@ -629,10 +634,13 @@ def test_patching_pods_is_limited_to_the_release_namespace(default):
     assert not allows(roles, "", "pods", "patch", namespace="default")
 
 
-def test_the_agent_reads_its_node_and_writes_reports_nothing_else(default):
+def test_the_agent_reads_its_node_and_its_pods_and_writes_reports_nothing_else(default):
     role = find(default, "ClusterRole", f"{FULLNAME}-agent")
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+        # mountwarden.agent.pods: its node's pods (field selector spec.nodeName) and their claims' volumes.
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
+        {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get"]},
         {"apiGroups": ["mountwarden.io"], "resources": ["nodemountreports"], "verbs": ["get", "create", "update"]},
     ]
     binding = find(default, "ClusterRoleBinding", f"{FULLNAME}-agent")

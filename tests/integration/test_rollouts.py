@@ -36,7 +36,7 @@ ROLLOUT_TIMEOUT = 180
 
 @pytest.fixture(scope="module")
 def rollout_operator(operator):
-    """The module's operator, which ticks rollouts every second (tests/support.py)."""
+    """The module's operator, whose rollouts only events move on: its safety net is an hour (tests/support.py)."""
     return operator
 
 

@@ -1,6 +1,10 @@
 """Admission decisions on PVCs and StorageProfiles: every warning and denial, with its exact text."""
 
+import dataclasses
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mountwarden.core.admission import (
     Claim,
@@ -8,6 +12,7 @@ from mountwarden.core.admission import (
     ClusterView,
     ProfileChange,
     ProfileEntry,
+    consumer_keys,
     consumers_overlap,
     enforcing_profiles,
     is_network_provisioner,
@@ -45,8 +50,13 @@ def view(profiles=(), classes=(), namespaces=None, volumes=None, extra=()) -> Cl
     for cls in classes:
         if cls.profile:
             by_profile.setdefault(cls.profile, []).append(cls)
+    by_consumer: dict[tuple, list[ProfileEntry]] = {}
+    for profile in profiles:
+        for key in consumer_keys(profile):
+            by_consumer.setdefault(key, []).append(profile)
     return ClusterView(
         profiles={p.name: [p] for p in profiles},
+        profiles_by_consumer=by_consumer,
         classes={c.name: [c] for c in classes},
         classes_by_profile=by_profile,
         default_classes=[c for c in classes if c.is_default],
@@ -540,3 +550,32 @@ def test_a_deprecated_preset_is_accepted_with_a_warning_that_names_its_replaceme
     assert "spec.rollout decides when its bound volumes are mounted with them" in deprecated
     assert version == ("StorageProfile importer-scratch: this change makes a new StorageClass importer-scratch-v4; "
                        "1 bound PersistentVolume keeps its old mount options until remounted")
+
+
+# -- the profiles a PVC review tries ------------------------------------------------------------------
+
+
+LABEL_KEYS = ["app", "team", "tier"]
+LABEL_VALUES = ["a", "b", ""]
+label_sets = st.dictionaries(st.sampled_from(LABEL_KEYS), st.sampled_from(LABEL_VALUES), max_size=3)
+expressions = st.fixed_dictionaries({
+    "key": st.sampled_from(LABEL_KEYS),
+    "operator": st.sampled_from(["In", "NotIn", "Exists", "DoesNotExist"]),
+    "values": st.lists(st.sampled_from(LABEL_VALUES), max_size=2),
+})
+#: None (no selector), {} (every one), or matchLabels and/or expressions over a few keys and values.
+selectors = st.one_of(st.none(), st.fixed_dictionaries({}, optional={
+    "matchLabels": label_sets, "matchExpressions": st.lists(expressions, max_size=3)}))
+profile_lists = st.lists(st.builds(ProfileEntry, name=st.uuids().map(str), provisioner=st.just(EFS),
+                                   namespace_selector=selectors, pvc_selector=selectors), max_size=8)
+
+
+@settings(max_examples=500, deadline=None)
+@given(profile_lists, label_sets, label_sets)
+def test_the_keyed_lookup_of_profiles_finds_exactly_what_a_full_scan_finds(entries, namespace_labels, pvc_labels):
+    """A PVC review looks only at the profiles filed under its labels (profiles_by_consumer): never fewer or more."""
+    keyed = view(entries, namespaces={"ns": namespace_labels})
+    scanning = dataclasses.replace(keyed, profiles_by_consumer=None)  # None: try every profile
+    found = keyed.governing(namespace_labels, pvc_labels)
+    assert found == scanning.governing(namespace_labels, pvc_labels)
+    assert found == sorted((p for p in entries if p.governs(namespace_labels, pvc_labels)), key=lambda p: p.name)

@@ -11,9 +11,14 @@ import threading
 
 import kopf
 import pytest
+from kopf._cogs.structs.references import Insights, Resource
 from kopf._core.actions.execution import Outcome
+from kopf._core.engines.admission import serve_admission_request
 from kopf._core.engines.indexing import OperatorIndexer, OperatorIndexers
+from kopf._core.intents.causes import WebhookType
+from kopf._core.reactor.inventory import ResourceMemories
 
+from mountwarden.adapters.webhookconfig import PROFILE_WEBHOOK, PVC_WEBHOOK
 from mountwarden.core.admission import ClassEntry, ProfileEntry
 from mountwarden.core.policy import resolve_policy
 from mountwarden.handlers import admission, indexes
@@ -23,6 +28,7 @@ from mountwarden.handlers.config import OperatorConfig, WebhookMode
 EFS = "efs.csi.aws.com"
 INDEXES = {
     "profiles_by_name": indexes.profiles_by_name,
+    "profiles_by_consumer": indexes.profiles_by_consumer,
     "classes_by_name": indexes.classes_by_name,
     "classes_by_profile": indexes.classes_by_profile,
     "default_classes": indexes.default_classes,
@@ -164,7 +170,7 @@ def memo(ready: bool = True) -> kopf.Memo:
 @pytest.fixture
 def cluster() -> Indexes:
     indexes = Indexes()
-    indexes.apply(profile(enforcement="deny"), "profiles_by_name")
+    indexes.apply(profile(enforcement="deny"), "profiles_by_name", "profiles_by_consumer")
     indexes.apply(storage_class("importer-scratch-v1", profile="importer-scratch", version=1), *CLASS_INDEXES)
     indexes.apply(storage_class("efs-sc"), *CLASS_INDEXES)
     indexes.apply({"metadata": {"name": "importer", "uid": "ns1", "labels": {"team": "importer"}}},
@@ -207,7 +213,7 @@ def test_until_the_indexes_are_filled_the_review_fails_for_the_failure_policy_to
 
 
 def test_a_failing_review_fails_and_logs_why(cluster, caplog):
-    cluster.indexers["profiles_by_name"].replace(("", "broken", "uid"), {"broken": "not a profile entry"})
+    cluster.indexers["profiles_by_consumer"].replace(("", "broken", "uid"), {("any",): "not a profile entry"})
     with caplog.at_level(logging.ERROR), pytest.raises(admission.ReviewUnavailable, match="could not review"):
         validate_pvc(pvc("web", "efs-sc"), cluster, memo())
     assert "the review failed (this is mountwarden's bug)" in caplog.text
@@ -271,3 +277,118 @@ def test_profile_change_reads_the_highest_version_from_status():
 ])
 def test_webhook_mode(mode, kubeconfig, environ, resolved):
     assert resolve_mode(mode, kubeconfig=kubeconfig, environ=environ) == resolved
+
+
+# -- the PVC fast path against kopf's own admission path ------------------------------------------------
+
+
+def admission_request(namespace: str = "web", storage_class: str = "efs-sc", *, operation: str = "CREATE",
+                      plural: str = "persistentvolumeclaims", **extra) -> dict:
+    claim = {"metadata": {"name": "data", "namespace": namespace}, "spec": {"storageClassName": storage_class}}
+    payload = {"uid": "u-1", "operation": operation, "userInfo": {"username": "alice"}, "object": claim,
+               "resource": {"group": "", "version": "v1", "resource": plural}, **extra}
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": payload}
+
+
+def kopfs_answer(request: dict, indices: dict, memo_: kopf.Memo) -> dict:
+    """What kopf's own path (serve_admission_request, validate_pvc registered as in production) answers."""
+    registry = kopf.OperatorRegistry()
+    kopf.on.validate("v1", "persistentvolumeclaims", operations=["CREATE"], id=PVC_WEBHOOK,
+                     registry=registry)(admission.validate_pvc)
+    insights = Insights()
+    insights.webhook_resources.add(Resource(group="", version="v1", plural="persistentvolumeclaims",
+                                            kind="PersistentVolumeClaim", namespaced=True))
+    return asyncio.run(serve_admission_request(
+        request, webhook=PVC_WEBHOOK, reason=WebhookType.VALIDATING, settings=kopf.OperatorSettings(),
+        memories=ResourceMemories(), memobase=memo_, registry=registry, insights=insights, indices=indices))
+
+
+class FailingIndex(dict):
+    """An index whose every read fails: a review that raises (mountwarden's bug) answers with an error."""
+
+    def get(self, *_):
+        raise RuntimeError("broken index")
+
+    __getitem__ = get
+
+
+@pytest.mark.parametrize("request_, case", [
+    (admission_request("web", "efs-sc"), "warned"),
+    (admission_request("importer", "efs-sc"), "denied"),
+    (admission_request("importer", "importer-scratch-v1"), "allowed"),
+    (admission_request("importer", "efs-sc"), "review fails"),
+    (admission_request("importer", "efs-sc"), "indexes still filling"),
+], ids=lambda value: value if isinstance(value, str) else "")
+def test_the_pvc_fast_path_answers_what_kopfs_path_answers(cluster, request_, case):
+    indices = cluster.kwargs()
+    if case == "review fails":
+        indices["namespace_labels"] = FailingIndex()
+    memo_ = memo(ready=case != "indexes still filling")
+    reviews = admission.PvcReviews(memo_)
+    reviews.indexes = indices
+    fast = reviews.answer(request_)
+    kopfs = kopfs_answer(request_, indices, memo_)
+    if case in ("review fails", "indexes still filling"):
+        # Left to kopf's path, whose error the server turns into an HTTP 500: the failurePolicy decides.
+        assert fast is None
+        assert kopfs["response"]["allowed"] is False and kopfs["response"]["status"]["code"] == 500
+        return
+    assert fast == kopfs
+    response = fast["response"]
+    expected = {"warned": (True, [UNGOVERNED]), "denied": (False, [UNGOVERNED]), "allowed": (True, None)}[case]
+    assert (response["allowed"], response.get("warnings")) == expected
+    if case == "denied":
+        assert response["status"]["code"] == 403
+        assert response["status"]["message"].startswith("PVC importer/data is a consumer of StorageProfile")
+
+
+@pytest.mark.parametrize("request_", [
+    admission_request(operation="UPDATE"),
+    admission_request(plural="storageprofiles"),
+    admission_request(subResource="status"),
+    {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "u-1"}},
+    "not a review",
+], ids=["update", "other resource", "subresource", "no object", "not a mapping"])
+def test_the_pvc_fast_path_leaves_kopf_what_is_not_a_plain_pvc_create(cluster, request_):
+    reviews = admission.PvcReviews(memo())
+    reviews.indexes = cluster.kwargs()
+    assert reviews.answer(request_) is None
+
+
+def test_the_pvc_fast_path_waits_for_the_indexes(cluster):
+    """Until indexes_filled hands it kopf's indexes, kopf's path answers (and allows, the indexes being half full)."""
+    assert admission.PvcReviews(memo()).answer(admission_request()) is None
+
+
+def test_the_wrapped_server_answers_pvcs_and_hands_kopf_the_rest(cluster):
+    """The PVC webhook's requests are answered without kopf's function; every other one reaches it."""
+    reviews = admission.PvcReviews(memo())
+    reviews.indexes = cluster.kwargs()
+    handed: list = []
+    exits: list = []
+
+    class Server:
+        async def __aenter__(self):
+            return self
+
+        async def __aexit__(self, *_):
+            exits.append(True)
+
+        async def __call__(self, fn):
+            for webhook, request in ((PVC_WEBHOOK, admission_request()), (PROFILE_WEBHOOK, admission_request()),
+                                     (PVC_WEBHOOK, admission_request(operation="UPDATE"))):
+                yield await fn(request, webhook=webhook, headers={})
+
+    async def kopfs_path(request, *, webhook=None, **_):
+        handed.append((webhook, request["request"]["operation"]))
+        return {"from": "kopf"}
+
+    async def serve() -> list:
+        async with admission.AnsweringPvcsFirst(Server(), reviews) as server:
+            return [answer async for answer in server(kopfs_path)]
+
+    answers = asyncio.run(serve())
+    assert answers[0]["response"]["warnings"] == [UNGOVERNED]
+    assert answers[1:] == [{"from": "kopf"}, {"from": "kopf"}]
+    assert handed == [(PROFILE_WEBHOOK, "CREATE"), (PVC_WEBHOOK, "UPDATE")]
+    assert exits == [True]  # kopf's exit from the wrapper closes the server it wraps

@@ -5,6 +5,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from tests.credit_scenarios import HOUR, credit_series, nightly_drain, trap
 
+from mountwarden.adapters.pods import PodPlacements, placement
 from mountwarden.api.storageprofile import CreditsStatus
 from mountwarden.core.credits import CreditWatchProblem, ProblemReason
 from mountwarden.core.nodereport import NodeReport
@@ -23,18 +24,27 @@ def report(node, pod_uid, volume, ops):
          "effectiveOptions": ["vers=4.1"], "operations": {"GETATTR": {"ops": ops}}}]})
 
 
+def pod(uid, name, claim, node="node-1"):
+    return {"metadata": {"uid": uid, "name": name, "namespace": "data"},
+            "spec": {"nodeName": node, "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]}}
+
+
+def placements(*pods):
+    known = PodPlacements(None)
+    known.load(placement(body) for body in pods)
+    return known
+
+
 def indexes():
-    """The operator's kopf indexes, as plain mappings of key -> stored values."""
+    """The operator's kopf indexes, as plain mappings of key -> stored values, and the pods' placements."""
     return {
         "reports_by_node": {"node-1": [report("node-1", "uid-a", "pv-a", 1000)],
                             "node-2": [report("node-2", "uid-b", "pv-b", 10)]},
-        "pods_by_uid": {"uid-a": [{"name": "importer-0", "namespace": "data"}],
-                        "uid-b": [{"name": "uploader-0", "namespace": "data"}]},
+        "pods": placements(pod("uid-a", "importer-0", "a"), pod("uid-b", "uploader-0", "b", node="node-2")),
         "claims_by_volume": {"pv-a": [{"claim": ("data", "a"), "storageClass": "scratch-v1"}],
                              "pv-b": [{"claim": ("data", "b"), "storageClass": "staging-v1"}]},
         "classes_by_name": {"scratch-v1": [ClassEntry("scratch-v1", "efs.csi.aws.com", profile="scratch")],
                             "staging-v1": [ClassEntry("staging-v1", "efs.csi.aws.com", profile="staging")]},
-        "nodes_by_pod": {"uid-a": ["node-1"], "uid-b": ["node-2"]},
     }
 
 

@@ -1,8 +1,11 @@
 """The node agent's loop: scan, write the report if needed, serve /metrics, stop cleanly on SIGTERM.
 
-A failed scan or write is logged and counted and the next one is tried on
-schedule: the loop ends only when told to (SIGTERM, SIGINT, ``--once``) or when
-the agent would write another node's report (RefusedWrite), which no retry fixes.
+The agent scans when the host's mount table changes (poll() on <proc-root>/1/mountinfo,
+see mountwarden.agent.wakeup), so a new pod volume reaches its report within one scan,
+and every interval anyway, for the counters and the heartbeat. A failed scan or write
+is logged and counted and the next one is tried on schedule: the loop ends only when
+told to (SIGTERM, SIGINT, ``--once``) or when the agent would write another node's
+report (RefusedWrite), which no retry fixes.
 """
 
 import json
@@ -21,9 +24,11 @@ from prometheus_client import start_http_server
 from mountwarden.adapters.procreader import ProcRoot
 from mountwarden.agent.activity import DEFAULT_PROCESS_ROUNDS, DEFAULT_WINDOW_SECONDS, ActivityTracker
 from mountwarden.agent.metrics import AgentMetrics
+from mountwarden.agent.pods import NodePods
 from mountwarden.agent.probe import DEFAULT_PROBE_TIMEOUT_SECONDS, ServerProbe
 from mountwarden.agent.report import RefusedWrite, WriteOutcome, report_body
 from mountwarden.agent.scan import SqliteScanner, scan_node_report
+from mountwarden.agent.wakeup import Wakeup
 from mountwarden.api.nodemountreport import NodeMountReportSpec
 
 log = logging.getLogger(__name__)
@@ -81,6 +86,7 @@ class Agent:
         *,
         metrics: AgentMetrics | None = None,
         sqlite_scan: SqliteScanner | None = None,
+        pods: NodePods | None = None,
     ) -> None:
         self.settings = settings
         self.sink = sink
@@ -90,6 +96,27 @@ class Agent:
         self.probe = ServerProbe(self.proc, settings.probe_timeout_seconds) if settings.probe_timeout_seconds else None
         self.tracker = ActivityTracker(self.proc, window_seconds=settings.activity_window_seconds,
                                        process_rounds=settings.process_samples)
+        self.pods = pods
+        self._wakeup: Wakeup | None = None
+        #: The pods whose volumes the last scan found: a change of one of them is worth a scan now.
+        self._reported_pods: frozenset[str] = frozenset()
+
+    def pod_changed(self, uid: str) -> None:
+        """The pod watch saw ``uid`` change: scan now when the report shows its volumes (else its mount will)."""
+        if uid in self._reported_pods:
+            self.nudge()
+
+    def describe_pod(self, uid: str, volume_name: str) -> dict[str, str | None]:
+        pod = self.pods.get(uid) if self.pods is not None else None
+        if pod is None:
+            return {}
+        return {"pod_name": pod.name, "pod_namespace": pod.namespace, "pod_owner": pod.owner,
+                "claim_name": self.pods.claim_of(pod, volume_name)}
+
+    def nudge(self) -> None:
+        """Scan again now (from another thread: something the report shows has changed)."""
+        if self._wakeup is not None:
+            self._wakeup.nudge()
 
     def step(self) -> bool:
         """Scan once and hand the report to the sink; False when either failed (logged and counted)."""
@@ -102,12 +129,14 @@ class Agent:
                 sqlite_scan=self.sqlite_scan,
                 probe=self.probe,
                 tracker=self.tracker,
+                describe_pod=self.describe_pod if self.pods is not None else None,
             )
         except Exception:  # any failure of one scan: the next one may succeed
             log.exception("scan of %s failed", self.settings.proc_root)
             self.metrics.scan_errors.inc()
             return False
         self.metrics.scanned(result.scan, result.duration_seconds, at=time.monotonic(), recent=result.recent)
+        self._reported_pods = frozenset(volume.pod_uid for volume in result.spec.volumes if volume.pod_uid)
         try:
             outcome = self.sink.sync(result.spec)
         except RefusedWrite:
@@ -121,20 +150,42 @@ class Agent:
         return True
 
     def run(self, stop: threading.Event) -> None:
-        """Step every interval until ``stop`` is set; the interval counts from the start of each step."""
-        while not stop.is_set():
-            started = time.monotonic()
-            self.step()
-            stop.wait(max(0.0, self.settings.interval_seconds - (time.monotonic() - started)))
+        """Step at once, on every change of the mount table, and every interval, until ``stop`` is set.
+
+        The interval counts from the start of each step. A step woken by a change waits at
+        least as long as the last step took: a node whose mounts churn never spends more than
+        half its time scanning.
+        """
+        self._wakeup = Wakeup(self.proc.path / "1" / "mountinfo")
+        if not self._wakeup.follows_mounts:
+            log.warning("cannot follow %s: scanning every %.0f s only", self.proc.path / "1" / "mountinfo",
+                        self.settings.interval_seconds)
+        try:
+            while not stop.is_set():
+                started = time.monotonic()
+                self.step()
+                took = time.monotonic() - started
+                remaining = self.settings.interval_seconds - took
+                if self._wakeup.wait(max(0.0, remaining)) and not stop.is_set():
+                    self.metrics.woken.inc()
+                    stop.wait(min(took, max(0.0, remaining)))
+        finally:
+            self._wakeup.close()
+            self._wakeup = None
+
+    def stop(self, stop: threading.Event) -> None:
+        """Set ``stop`` and wake the loop (safe from a signal handler)."""
+        stop.set()
+        self.nudge()
 
 
-def stop_on_signals(stop: threading.Event) -> Callable[[], None]:
-    """Set ``stop`` on SIGTERM and SIGINT; returns what puts the previous handlers back."""
+def stop_on_signals(stop: Callable[[], None]) -> Callable[[], None]:
+    """Call ``stop`` on SIGTERM and SIGINT; returns what puts the previous handlers back."""
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
 
     def handle(signum: int, _frame: object) -> None:
         log.info("received %s: stopping after the current step", signal.Signals(signum).name)
-        stop.set()
+        stop()
 
     def restore() -> None:
         for sig, handler in previous.items():
@@ -162,15 +213,21 @@ def run_agent(agent: Agent, *, once: bool) -> bool:
     """The whole agent: metrics server, signal handling, the loop (or one step); True when all went well."""
     stop_metrics = serve_metrics(agent, agent.settings.metrics_port) if agent.settings.metrics_port else None
     try:
+        if agent.pods is not None:
+            agent.pods.start()
+            # Names in the first report: wait a moment for the node's pods, never for long.
+            agent.pods.synced.wait(timeout=10)
         if once:
             return agent.step()
         stop = threading.Event()
-        restore = stop_on_signals(stop)
+        restore = stop_on_signals(lambda: agent.stop(stop))
         try:
             agent.run(stop)
         finally:
             restore()
         return True
     finally:
+        if agent.pods is not None:
+            agent.pods.stop()
         if stop_metrics is not None:
             stop_metrics()

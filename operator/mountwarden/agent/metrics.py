@@ -175,6 +175,9 @@ class AgentMetrics:
         self.writes = Counter(
             "mountwarden_agent_report_writes", "NodeMountReport writes, by why they were made.",
             ["outcome"], registry=self.registry)
+        self.woken = Counter(
+            "mountwarden_agent_scans_woken", "Scans made before their interval because the host's mount table "
+            "changed (or the node's pods did).", registry=self.registry)
         self.skipped_lines = Gauge(
             "mountwarden_agent_skipped_lines", "Malformed /proc lines skipped by the last scan.",
             registry=self.registry)

@@ -41,6 +41,10 @@ MAX_REPORT_BYTES = 1_000_000
 #: Symlinks followed when resolving the kubelet root on the host, as the kernel's own limit.
 _MAX_SYMLINKS = 40
 
+#: Who a pod volume belongs to: (pod UID, volume name) -> the report's pod fields (podName, podNamespace,
+#: podOwner, claimName as pod_name, ...), or {} when the pod is not known (yet).
+PodDescriber = Callable[[str, str], dict[str, str | None]]
+
 #: The seam for the SQLite scan: given the proc root and the node's network mounts, the
 #: SQLite databases in use on them. The agent runs without one until it is plugged in.
 SqliteScanner = Callable[[ProcRoot, Sequence[ScannedMount]], Sequence[SqliteFinding]]
@@ -126,8 +130,8 @@ def _activity(recent: VolumeActivity | None) -> tuple[MountActivity | None, Proc
 
 
 def mounted_volume(volume: NodeVolume, server_responding: bool | None = None,
-                   recent: VolumeActivity | None = None) -> MountedVolume:
-    """A scanned volume in the report's shape, with its busiest operations only."""
+                   recent: VolumeActivity | None = None, pod: dict[str, str | None] | None = None) -> MountedVolume:
+    """A scanned volume in the report's shape, with its busiest operations only (and its pod, when known)."""
     busiest = list(volume.operations.items())[:MAX_REPORTED_OPERATIONS]
     rates, states = _activity(recent)
     notes = list(volume.notes)
@@ -136,6 +140,7 @@ def mounted_volume(volume: NodeVolume, server_responding: bool | None = None,
                      "volume block until it answers (hard) or get I/O errors (soft).")
     return MountedVolume(
         pod_uid=volume.pod_uid,
+        **(pod or {}),
         volume_name=volume.volume_name,
         plugin=VolumePlugin(volume.plugin.value),
         driver=volume.driver,
@@ -198,12 +203,14 @@ def scan_node_report(
     sqlite_scan: SqliteScanner | None = None,
     probe: ServerProbe | None = None,
     tracker: ActivityTracker | None = None,
+    describe_pod: PodDescriber | None = None,
     now: datetime | None = None,
 ) -> ScanResult:
     """One scan of the node, as the NodeMountReport spec the agent writes.
 
     ``sqlite_scan`` is where the SQLite findings come from; without one the
-    report's ``sqlite`` list stays empty.
+    report's ``sqlite`` list stays empty. ``describe_pod`` names each volume's pod
+    (mountwarden.agent.pods); without one the report gives pod UIDs only.
     """
     started = time.perf_counter()
     scan = scan_proc_root(proc, kubelet_root=kubelet_root, network_fstypes=network_fstypes)
@@ -223,7 +230,9 @@ def scan_node_report(
         agent_version=__version__,
         kernel_release=proc.kernel_release(),
         network_fstypes=list(network_fstypes),
-        volumes=[mounted_volume(volume, responding.get(volume.superblock), recent.get(volume_key(volume)))
+        volumes=[mounted_volume(volume, responding.get(volume.superblock), recent.get(volume_key(volume)),
+                                describe_pod(volume.pod_uid, volume.volume_name)
+                                if describe_pod and volume.pod_uid else None)
                  for volume in scan.volumes],
         sqlite=sqlite,
         skipped_lines=scan.skipped_lines,

@@ -70,6 +70,13 @@ class MountedVolume(ApiModel):
     """One pod volume (or CSI staging mount) on a network filesystem, as the kernel has it."""
 
     pod_uid: str | None = Field(default=None, description="The pod's UID (none for CSI staging mounts).")
+    pod_name: str | None = Field(default=None, description="The pod's name, from the agent's watch of its node's "
+                                 "pods (none until the agent has seen the pod, or without a cluster).")
+    pod_namespace: str | None = Field(default=None, description="The pod's namespace.")
+    pod_owner: str | None = Field(default=None, description="Kind/name of the pod's controller (a Deployment's "
+                                  "pods name their ReplicaSet); none for a bare pod.")
+    claim_name: str | None = Field(default=None, description="The PersistentVolumeClaim (in the pod's namespace) "
+                                   "through which the pod mounts this volume; none for an in-line volume.")
     volume_name: str = Field(description="The PV name for CSI volumes, the pod's volume name for in-tree nfs.")
     plugin: VolumePlugin = Field(description="csi, nfs or csi-staging: which kubelet path the mount lives under.")
     driver: str | None = Field(default=None, description="CSI driver of a staging mount, e.g. efs.csi.aws.com.")

@@ -120,7 +120,9 @@ def agent_command(
 
     In a pod: mount the host's /proc read-only at /host/proc and pass
     --proc-root /host/proc; no hostPID is needed. The service account needs
-    get on nodes, and get, create and update on nodemountreports.mountwarden.io.
+    get on nodes, list and watch on pods (it watches its own node's pods only, to name
+    each volume's pod, controller and claim in the report), get on persistentvolumeclaims,
+    and get, create and update on nodemountreports.mountwarden.io.
     Privileges, by feature (docs/security.md): the mount table, NFS statistics
     and /proc/locks need none; the statvfs() probe (--probe-timeout) reaches
     each mount through /proc/1/root, which needs CAP_SYS_PTRACE; the SQLite
@@ -139,6 +141,7 @@ def agent_command(
         host_boot_id,
         run_agent,
     )
+    from mountwarden.agent.pods import NodePods
     from mountwarden.agent.report import RefusedWrite, ReportWriter
     from mountwarden.agent.sqlitescan import report_findings
 
@@ -159,6 +162,7 @@ def agent_command(
         activity_window_seconds=activity_window,
     )
     sink: ReportSink
+    client = None
     if dry_run:
         sink = PrintedReport()
     else:
@@ -169,6 +173,8 @@ def agent_command(
         sink = ReportWriter(client, node_name, heartbeat_seconds=heartbeat,
                             host_boot_id=host_boot_id(ProcRoot(proc_root)))
     agent = Agent(settings, sink, sqlite_scan=report_findings if sqlite_scan else None)
+    if client is not None:
+        agent.pods = NodePods(client, node_name, on_change=agent.pod_changed)
     try:
         succeeded = run_agent(agent, once=once)
     except RefusedWrite as refusal:

@@ -85,7 +85,8 @@ def operator_command(
         help="Seconds between compliance checks of each profile against the node reports.")] = 30.0,
     rollout_interval: Annotated[float, typer.Option(
         "--rollout-interval", envvar="MOUNTWARDEN_ROLLOUT_INTERVAL", min=0.1,
-        help="Seconds between rollout ticks of each profile.")] = 5.0,
+        help="Rollouts move on the events that complete each step (workload status, node reports, volumes); "
+             "a profile with no event for this many seconds is checked anyway, as a safety net.")] = 30.0,
     report_stale_after: Annotated[float, typer.Option(
         "--report-stale-after", envvar="MOUNTWARDEN_REPORT_STALE_AFTER", min=1,
         help="Seconds after which a node report proves nothing (the agent heartbeats every 5 minutes).")] = 900.0,

@@ -100,6 +100,38 @@ class ProfileEntry:
         )
 
 
+#: Where a profile is filed for PVC reviews (see consumer_keys): ("pvc"|"namespace", label, value), or ANY.
+ConsumerKey = tuple[str, ...]
+ANY_CONSUMER: ConsumerKey = ("any",)
+
+
+def consumer_keys(profile: ProfileEntry) -> list[ConsumerKey]:
+    """Keys of which every PVC the profile governs has one among its lookup_keys: a review looks at few profiles.
+
+    A label its PVC selector requires (one of matchLabels, or each value of an In expression),
+    else one its namespace selector requires; a profile that requires no label value is filed
+    under ANY_CONSUMER, and one that declares no consumers is filed nowhere (it governs no PVC).
+    """
+    if not profile.declares_consumers:
+        return []
+    for scope, selector in (("pvc", profile.pvc_selector), ("namespace", profile.namespace_selector)):
+        if not selector:
+            continue
+        required = selector.get("matchLabels") or {}
+        if required:
+            label = min(required)
+            return [(scope, label, required[label])]
+        for requirement in selector.get("matchExpressions") or []:
+            if requirement.get("operator") == "In" and requirement.get("values"):
+                return [(scope, requirement["key"], value) for value in requirement["values"]]
+    return [ANY_CONSUMER]
+
+
+def lookup_keys(namespace_labels: Mapping[str, str], pvc_labels: Mapping[str, str]) -> list[ConsumerKey]:
+    return [ANY_CONSUMER, *(("pvc", label, value) for label, value in pvc_labels.items()),
+            *(("namespace", label, value) for label, value in namespace_labels.items())]
+
+
 @dataclass(frozen=True, slots=True)
 class Claim:
     """A PersistentVolumeClaim being created."""
@@ -141,6 +173,8 @@ class ClusterView:
     #: PersistentVolume names by the class they name (bound volumes keep their options until remounted).
     volumes_by_class: Mapping[str, Collection[str]]
     extra_network_provisioners: Collection[str] = ()
+    #: The profiles filed under their consumer_keys; None: look at every profile.
+    profiles_by_consumer: Mapping[ConsumerKey, Collection[ProfileEntry]] | None = None
 
     def profile(self, name: str | None) -> ProfileEntry | None:
         return next(iter(self.profiles.get(name, ())), None) if name else None
@@ -148,6 +182,15 @@ class ClusterView:
     def all_profiles(self) -> Iterable[ProfileEntry]:
         for entries in self.profiles.values():
             yield from entries
+
+    def governing(self, namespace_labels: Mapping[str, str], pvc_labels: Mapping[str, str]) -> list[ProfileEntry]:
+        """The profiles that govern a PVC with these labels, by name; only those filed under its labels are tried."""
+        if self.profiles_by_consumer is None:
+            candidates: Iterable[ProfileEntry] = self.all_profiles()
+        else:
+            candidates = {p.name: p for key in lookup_keys(namespace_labels, pvc_labels)
+                          for p in self.profiles_by_consumer.get(key, ())}.values()
+        return sorted((p for p in candidates if p.governs(namespace_labels, pvc_labels)), key=lambda p: p.name)
 
     def storage_class(self, name: str | None) -> ClassEntry | None:
         return next(iter(self.classes.get(name, ())), None) if name else None
@@ -218,9 +261,7 @@ def review_claim(claim: Claim, view: ClusterView) -> Review:
         ))
 
     namespace_labels = view.labels_of_namespace(claim.namespace)
-    consumer_of = sorted(
-        (p for p in view.all_profiles() if p.governs(namespace_labels, claim.labels)), key=lambda p: p.name
-    )
+    consumer_of = view.governing(namespace_labels, claim.labels)
     # A PVC that several profiles govern may pick any of them: the overlap is the profiles' problem.
     # The current class counts even before its StorageClass reaches the index (it was just created).
     picked_one = any((owner is not None and p.name == owner.name) or (asked and p.storage_class_name == asked)

@@ -43,8 +43,8 @@ class OperatorConfig:
     credit_interval: float = 300.0
     #: Seconds between compliance checks of each profile.
     compliance_interval: float = 30.0
-    #: Seconds between rollout ticks.
-    rollout_interval: float = 5.0
+    #: Seconds after which a rollout with no event is checked anyway (events drive it; this is a safety net).
+    rollout_interval: float = 30.0
     #: A report older than this proves nothing: the agent heartbeats every 5 minutes.
     report_stale_after: float = 900.0
     #: Publish findings as wgpolicyk8s.io PolicyReports (when their CRDs are served).

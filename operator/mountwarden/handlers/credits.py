@@ -20,6 +20,8 @@ from datetime import UTC, datetime, timedelta
 import kopf
 
 from mountwarden.adapters.aws import CreditWatchError, fetch_credit_series, make_clients
+from mountwarden.adapters.pods import PodPlacements
+from mountwarden.adapters.watches import with_cluster_indexes
 from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.storageprofile import PLURAL, CreditsStatus
 from mountwarden.core.credits import (
@@ -147,14 +149,14 @@ def _credits_status(target: CreditWatchTarget, result: CreditSeries | CreditWatc
 
 
 def consumers_on(file_system_id: str, targets: Iterable[CreditWatchTarget], reports_by_node: kopf.Index,
-                 pods_by_uid: kopf.Index, claims_by_volume: kopf.Index, classes_by_name: kopf.Index,
-                 nodes_by_pod: kopf.Index) -> ConsumerSummary:
+                 pods: PodPlacements, claims_by_volume: kopf.Index, classes_by_name: kopf.Index,
+                 ) -> ConsumerSummary:
     """The pod volumes of every profile watching ``file_system_id``, from the node reports, busiest first."""
     file_systems = {t.profile: t.file_system_id for t in targets if t.profile}
 
     def pod_of(uid: str) -> str | None:
-        pod = _first(pods_by_uid, uid)
-        return f"{pod['namespace']}/{pod['name']}" if pod else None
+        pod = pods.get(uid)
+        return f"{pod.namespace}/{pod.name}" if pod else None
 
     def storage_class_of(volume: str) -> str | None:
         claim = _first(claims_by_volume, volume)
@@ -167,7 +169,7 @@ def consumers_on(file_system_id: str, targets: Iterable[CreditWatchTarget], repo
     owners = VolumeOwners(pod_of, storage_class_of, profile_of, file_systems.get)
     # A report is believed only about its own node's pods (core.nodereport.of_own_pods).
     volumes = [volume for store in reports_by_node.values() for report in store
-               for volume in reported_volumes(of_own_pods(report, lambda uid: _first(nodes_by_pod, uid))[0])]
+               for volume in reported_volumes(of_own_pods(report, pods.node_of)[0])]
     return summarize_consumers(volumes, owners, file_system_id)
 
 
@@ -185,11 +187,11 @@ def _first(index: kopf.Index, key):
     return next(iter(store), None) if store else None
 
 
+@with_cluster_indexes
 @retry_transient
 def watch_credits(name: str, body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta,
                   patch: kopf.Patch, memo: kopf.Memo, credit_watch_targets: kopf.Index, reports_by_node: kopf.Index,
-                  pods_by_uid: kopf.Index, claims_by_volume: kopf.Index, classes_by_name: kopf.Index,
-                  nodes_by_pod: kopf.Index, **_) -> None:
+                  claims_by_volume: kopf.Index, classes_by_name: kopf.Index, **_) -> None:
     target = watched_file_system(dict(spec))
     if target is None:
         return
@@ -197,8 +199,8 @@ def watch_credits(name: str, body: kopf.Body, spec: kopf.Spec, status: kopf.Stat
     now = datetime.now(UTC)
     targets = [t for store in credit_watch_targets.values() for t in store]
     result = memo.credit_fetcher.result(target, targets or [target], now)
-    consumers = consumers_on(target.file_system_id, [*targets, target], reports_by_node, pods_by_uid,
-                             claims_by_volume, classes_by_name, nodes_by_pod)
+    consumers = consumers_on(target.file_system_id, [*targets, target], reports_by_node, memo.pods,
+                             claims_by_volume, classes_by_name)
     credits, condition = _credits_status(target, result, now, consumers)
     previous = dict(status.get("credits") or {})
     previous_state = previous.get("state")

@@ -1,42 +1,54 @@
-"""Every kopf index of the operator, in one place: what each holds, keyed by what, and who reads it.
+"""Every index of the operator, in one place: what each holds, keyed by what, and who reads it.
 
 kopf hands an index to a handler by the index's name, as a keyword argument: a
-handler that declares ``volumes_by_class: kopf.Index`` gets the one below. Every
-handler and the admission webhook answer from these, never from an API call on
-their path.
+handler that declares ``contracts: kopf.Index`` gets the one below. Every handler
+and the admission webhook answer from these, never from an API call on their path.
+
+The indexes of pods, PersistentVolumes and claims, which a large cluster has by the
+ten thousand, are not kopf's: kopf keeps far more per object than they hold (see
+mountwarden.adapters.watches). Their reducers are below, the watches that feed
+them are started before kopf starts (so that, as with kopf's, no handler runs
+before they are whole), and mountwarden.adapters.watches.with_cluster_indexes hands
+them to a handler under their names as kopf hands its own.
 
 Each function returns ``{}`` (never None) when an object stops qualifying: kopf
 keeps an object's previous entries when its index function returns None.
+
+(*) kept by mountwarden.adapters.watches, not by kopf (``memo.pods`` reads the pods' two).
 
 | index | key -> value | read by |
 |---|---|---|
 | contracts | profile -> its resolved Contract | reports (compliance, Events) |
 | profiles_by_name | profile -> ProfileEntry | admission |
+| profiles_by_consumer | a label its consumers must have (consumer_keys) -> ProfileEntry | admission (PVCs) |
 | rollouts_under_way | profile -> rollout phase, while not Complete | reports (Events) |
 | credit_watch_targets | region -> CreditWatchTarget (with its profile) | credits |
 | classes_by_name | class -> ClassEntry (with its profile) | admission, reports (Events), credits |
 | classes_by_profile | profile -> ClassEntry of each class of its lineage | admission, reports (compliance) |
 | default_classes | "default" -> ClassEntry of each default class | admission |
-| volumes_by_class | class -> PV name | profiles, rollouts, admission, reports (compliance) |
-| claims_by_volume | PV -> its claim and class | reports, credits |
-| unbound_claims_by_class | class -> namespace/name of each unbound claim | profiles |
-| pods_by_claim | (namespace, claim) -> pod | reports (compliance) |
-| pods_by_uid | pod UID -> its name and namespace | reports (Events), credits |
-| nodes_by_pod | pod UID -> its node ("" until scheduled) | reports, credits: a report speaks only of its node's pods |
+| volumes_by_class (*) | class -> PV name | profiles, rollouts, admission, reports (compliance) |
+| claims_by_volume (*) | PV -> its claim and class | reports, credits |
+| unbound_claims_by_class (*) | class -> namespace/name of each unbound claim | profiles |
+| pods_by_uid (*) | pod UID -> its PodPlacement (namespace, name, node, claims) | reports (Events; a report speaks only of its node's pods), credits |
+| pods_by_claim (*) | (namespace, claim) -> PodPlacement of each pod mounting it | reports (compliance) |
 | namespace_labels | namespace -> its labels | admission |
 | reports_by_node | node -> its NodeReport | reports, credits |
 """
 
+import asyncio
+from collections.abc import Mapping
 from dataclasses import replace
 
 import kopf
 from pydantic import ValidationError
 
+from mountwarden.adapters.pods import POD_INDEXES, pod_entries
+from mountwarden.adapters.watches import CoreWatches, Entries
 from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.nodemountreport import PLURAL as REPORTS
 from mountwarden.api.storageprofile import PLURAL as PROFILES
 from mountwarden.api.storageprofile import StorageProfileSpec
-from mountwarden.core.admission import ProfileEntry
+from mountwarden.core.admission import ProfileEntry, consumer_keys
 from mountwarden.core.compliance import Contract
 from mountwarden.core.nodereport import NodeReport, UnreadableReport
 from mountwarden.core.policy import ResolvedPolicy, backend_kind
@@ -106,6 +118,15 @@ def profiles_by_name(name: str, spec: kopf.Spec, status: kopf.Status, **_) -> di
     return {name: profile_entry(name, valid[0], status)} if valid is not None else {}
 
 
+def profiles_by_consumer(name: str, spec: kopf.Spec, status: kopf.Status, **_) -> dict:
+    """Each valid profile under a label every PVC it governs has: a PVC review tries those, not all profiles."""
+    valid = _valid(spec)
+    if valid is None:
+        return {}
+    entry = profile_entry(name, valid[0], status)
+    return {key: entry for key in consumer_keys(entry)}
+
+
 async def rollouts_under_way(name: str, status: kopf.Status, **_) -> dict:
     """Profiles whose rollout is not complete: their consumers mix old and new options on purpose."""
     phase = (status.get("rollout") or {}).get("phase")
@@ -134,49 +155,60 @@ def default_classes(body: kopf.Body, **_) -> dict:
     return {DEFAULT: entry} if entry.is_default else {}
 
 
-# -- PersistentVolumes and claims -----------------------------------------------------------------
+# -- PersistentVolumes and claims (reduced by mountwarden.adapters.watches) ------------------------
+
+VOLUME_INDEXES = ("volumes_by_class", "claims_by_volume")
+CLAIM_INDEXES = ("unbound_claims_by_class",)
 
 
-async def volumes_by_class(name: str, spec: kopf.Spec, **_) -> dict:
+def volume_entries(pv: Mapping) -> Entries:
+    """A PV under its class, and its claim and class under its name."""
+    name = pv["metadata"]["name"]
+    spec = pv.get("spec") or {}
     storage_class = spec.get("storageClassName")
-    return {storage_class: name} if storage_class else {}
-
-
-async def claims_by_volume(name: str, spec: kopf.Spec, **_) -> dict:
     claim = spec.get("claimRef") or {}
-    if not claim.get("name"):
-        return {}
-    return {name: {"claim": (claim.get("namespace"), claim["name"]), "storageClass": spec.get("storageClassName"),
-                   "mountOptions": tuple(spec.get("mountOptions") or ())}}
+    entries: Entries = {}
+    if storage_class:
+        entries["volumes_by_class"] = {storage_class: name}
+    if claim.get("name"):
+        entries["claims_by_volume"] = {name: {"claim": (claim.get("namespace"), claim["name"]),
+                                              "storageClass": storage_class,
+                                              "mountOptions": tuple(spec.get("mountOptions") or ())}}
+    return entries
 
 
-async def unbound_claims_by_class(name: str, namespace: str, spec: kopf.Spec, status: kopf.Status, **_) -> dict:
+def claim_entries(pvc: Mapping) -> Entries:
     """Claims still waiting for a volume keep their class alive too: deleting it would strand them."""
-    storage_class = spec.get("storageClassName")
-    if not storage_class or status.get("phase") == "Bound":
+    metadata = pvc["metadata"]
+    storage_class = (pvc.get("spec") or {}).get("storageClassName")
+    if not storage_class or (pvc.get("status") or {}).get("phase") == "Bound":
         return {}
-    return {storage_class: f"{namespace}/{name}"}
+    return {"unbound_claims_by_class": {storage_class: f"{metadata.get('namespace')}/{metadata['name']}"}}
 
 
-# -- pods, namespaces, node reports ---------------------------------------------------------------
+def cluster_watches(client) -> CoreWatches:
+    return CoreWatches(client, pods=(pod_entries, POD_INDEXES), volumes=(volume_entries, VOLUME_INDEXES),
+                       claims=(claim_entries, CLAIM_INDEXES))
 
 
-async def pods_by_claim(name: str, namespace: str, uid: str, spec: kopf.Spec, **_) -> dict:
-    claims = {(namespace, volume["persistentVolumeClaim"]["claimName"])
-              for volume in spec.get("volumes") or [] if volume.get("persistentVolumeClaim")}
-    if not claims:
-        return {}
-    pod = {"uid": uid, "name": name, "namespace": namespace, "node": spec.get("nodeName")}
-    return {claim: pod for claim in claims}
+#: Seconds to wait for the first lists of pods, PVs and claims before kopf's start-up retries.
+SYNC_TIMEOUT = 120.0
 
 
-async def pods_by_uid(name: str, namespace: str, uid: str, **_) -> dict:
-    return {uid: {"name": name, "namespace": namespace}}
+async def follow_cluster(memo: kopf.Memo, logger, **_) -> None:
+    """Start the watches of pods, PVs and claims, and let kopf start only once their first lists are in."""
+    memo.watches.start()
+    if not await asyncio.to_thread(memo.watches.wait_synced, SYNC_TIMEOUT):
+        raise kopf.TemporaryError("still listing pods, PersistentVolumes and claims", delay=1)
+    logger.info(f"following {len(memo.watches.pods)} pods, {len(memo.watches.volumes)} PersistentVolumes and "
+                f"{len(memo.watches.claims)} unbound claims")
 
 
-async def nodes_by_pod(uid: str, spec: kopf.Spec, **_) -> dict:
-    """Each pod's node: two strings a pod, so that a node's report is believed only about pods scheduled there."""
-    return {uid: spec.get("nodeName") or ""}
+def stop_following_cluster(memo: kopf.Memo, **_) -> None:
+    memo.watches.stop()
+
+
+# -- namespaces, node reports --------------------------------------------------------------------
 
 
 def namespace_labels(name: str, labels: kopf.Labels, **_) -> dict:
@@ -197,13 +229,11 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         kopf.index(*PROFILE, registry=registry)(function)
     for function in (classes_by_name, classes_by_profile):
         kopf.index(*STORAGE_CLASSES, registry=registry)(function)
-    for function in (volumes_by_class, claims_by_volume):
-        kopf.index("persistentvolumes", registry=registry)(function)
-    kopf.index("persistentvolumeclaims", registry=registry)(unbound_claims_by_class)
-    for function in (pods_by_claim, pods_by_uid, nodes_by_pod):
-        kopf.index("pods", registry=registry)(function)
+    kopf.on.startup(registry=registry)(follow_cluster)
+    kopf.on.cleanup(registry=registry)(stop_following_cluster)
     kopf.index(GROUP, VERSION, REPORTS, registry=registry)(reports_by_node)
     if config.webhook_mode != WebhookMode.OFF:
         kopf.index(*PROFILE, registry=registry)(profiles_by_name)
+        kopf.index(*PROFILE, registry=registry)(profiles_by_consumer)
         kopf.index(*STORAGE_CLASSES, registry=registry)(default_classes)
         kopf.index("v1", "namespaces", registry=registry)(namespace_labels)

@@ -3,6 +3,7 @@
 Thin: read the profile, let the core decide, write the classes and the status.
 """
 
+import logging
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
@@ -10,6 +11,7 @@ import kopf
 from pydantic import ValidationError
 
 from mountwarden.adapters.kube import StorageClasses
+from mountwarden.adapters.watches import with_cluster_indexes
 from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.storageprofile import PLURAL, StorageProfileSpec, desired_class
 from mountwarden.core.storageclass import (
@@ -30,6 +32,7 @@ WRITER = "profiles"
 #: The status fields applied with Ready=True: an invalid spec applies them again as they are, since a
 #: field the writer leaves out of an apply is removed, and the last good class must stay in use.
 CLASS_FIELDS = ("storageClassName", "version", "optionsHash", "effectiveMountOptions", "history")
+log = logging.getLogger(__name__)
 
 
 def _holders(class_name: str, volumes: kopf.Index, claims: kopf.Index) -> list[str]:
@@ -75,6 +78,7 @@ def _refuse(name: str, body: kopf.Body, status: kopf.Status, memo: kopf.Memo, ge
     kopf.warn(body, reason="InvalidSpec", message=message)
 
 
+@with_cluster_indexes
 @retry_transient
 def reconcile_profile(
     name: str, body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta, patch: kopf.Patch,
@@ -99,8 +103,9 @@ def reconcile_profile(
     plan = plan_classes(name, desired, existing, make_default=profile.default, last_version=last_version(status))
     _apply(classes, plan)
     if plan.create is not None:
-        kopf.info(body, reason="VersionCreated",
-                  message=f"created StorageClass {plan.current_name}: {','.join(desired.mount_options)}")
+        message = f"created StorageClass {plan.current_name}: {','.join(desired.mount_options)}"
+        kopf.info(body, reason="VersionCreated", message=message)
+        log.info("StorageProfile %s: %s", name, message)
     for deleted in plan.delete:
         logger.info(f"deleted unused StorageClass {deleted}")
 
@@ -124,6 +129,7 @@ def reconcile_profile(
     })
 
 
+@with_cluster_indexes
 @retry_transient
 def release_profile(
     name: str, memo: kopf.Memo, volumes_by_class: kopf.Index, unbound_claims_by_class: kopf.Index, logger, **_
@@ -140,6 +146,7 @@ def _history_holders_changed(history: Iterable[dict], volumes: kopf.Index, claim
     return any(record.get("heldBy", []) != _holders(record["storageClassName"], volumes, claims) for record in history)
 
 
+@with_cluster_indexes
 @retry_transient
 def collect_unused_versions(
     name: str, status: kopf.Status, patch: kopf.Patch, memo: kopf.Memo,

@@ -1,8 +1,8 @@
 """Node reports against profiles: pod Events when a mount drifts, compliance in each profile's status.
 
-Everything is answered from in-memory indexes (reports, pods, PVs, classes,
-profiles' contracts); the API is touched only to post Events and to write a
-profile's status when its compliance changed.
+Everything is answered from memory: kopf's indexes (reports, PVs, classes, profiles'
+contracts) and the pods' placements (mountwarden.adapters.pods); the API is touched only
+to post Events and to write a profile's status when its compliance changed.
 """
 
 import logging
@@ -11,10 +11,13 @@ from datetime import UTC, datetime, timedelta
 
 import kopf
 
+from mountwarden.adapters.pods import PodPlacement, PodPlacements
+from mountwarden.adapters.watches import with_cluster_indexes
 from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.nodemountreport import PLURAL as REPORTS
 from mountwarden.api.storageprofile import PLURAL as PROFILES
 from mountwarden.core.compliance import Consumer, ProfileCompliance, VolumeState, assess
+from mountwarden.core.conditions import find_condition
 from mountwarden.core.nodereport import NodeReport, UnreadableReport, of_own_pods
 from mountwarden.core.policyreport import compliance_findings
 from mountwarden.core.serverload import mount_loads, server_load
@@ -33,40 +36,37 @@ _EVENT_REASONS = {"OptionMismatch": "MountPolicyDrift", "UndeclaredOption": "Mou
 
 
 def consumers_of(profile: str, classes_by_profile: kopf.Index, volumes_by_class: kopf.Index,
-                 claims_by_volume: kopf.Index, pods_by_claim: kopf.Index) -> list[Consumer]:
+                 claims_by_volume: kopf.Index, pods: PodPlacements) -> list[Consumer]:
     """Every (pod, PV) pair where the PV's class belongs to ``profile``."""
     consumers = []
     for storage_class in classes_by_profile.get(profile, []):
         for volume_name in volumes_by_class.get(storage_class.name, []):
             volume = one(claims_by_volume, volume_name)
-            for pod in pods_by_claim.get(volume["claim"], []) if volume else []:
-                consumers.append(Consumer(pod["uid"], pod["namespace"], pod["name"], pod["node"], volume_name,
+            for pod in pods.of_claim(*volume["claim"]) if volume else []:
+                consumers.append(Consumer(pod.uid, pod.namespace, pod.name, pod.node, volume_name,
                                           volume.get("mountOptions"), volume.get("storageClass")))
     return consumers
 
 
-def own_pods(report: NodeReport, nodes_by_pod: kopf.Index) -> NodeReport:
-    """The report, believed only about the pods scheduled on its node."""
-    return of_own_pods(report, lambda uid: one(nodes_by_pod, uid))[0]
-
-
-def _reports(reports_by_node: kopf.Index, nodes: Iterable[str | None], nodes_by_pod: kopf.Index,
+def _reports(reports_by_node: kopf.Index, nodes: Iterable[str | None], pods: PodPlacements,
              ) -> dict[str, NodeReport]:
+    """The nodes' reports, each believed only about the pods scheduled on its node."""
     found = {node: one(reports_by_node, node) for node in {n for n in nodes if n}}
-    return {node: own_pods(report, nodes_by_pod) for node, report in found.items() if report is not None}
+    return {node: of_own_pods(report, pods.node_of)[0] for node, report in found.items() if report is not None}
 
 
+@with_cluster_indexes
 @retry_transient
 def assess_compliance(
     name: str, status: kopf.Status, meta: kopf.Meta, patch: kopf.Patch, memo: kopf.Memo,
     contracts: kopf.Index, reports_by_node: kopf.Index, claims_by_volume: kopf.Index, classes_by_profile: kopf.Index,
-    volumes_by_class: kopf.Index, pods_by_claim: kopf.Index, nodes_by_pod: kopf.Index, **_,
+    volumes_by_class: kopf.Index, **_,
 ) -> None:
     contract = one(contracts, name)
     if contract is None:
         return  # invalid spec: the Ready condition says why
-    consumers = consumers_of(name, classes_by_profile, volumes_by_class, claims_by_volume, pods_by_claim)
-    reports = _reports(reports_by_node, (c.node for c in consumers), nodes_by_pod)
+    consumers = consumers_of(name, classes_by_profile, volumes_by_class, claims_by_volume, memo.pods)
+    reports = _reports(reports_by_node, (c.node for c in consumers), memo.pods)
     now = datetime.now(UTC)
     stale_after = timedelta(seconds=memo.config.report_stale_after)
     compliance = ProfileCompliance.of([assess(c, contract, reports, now=now, stale_after=stale_after)
@@ -79,16 +79,19 @@ def assess_compliance(
     if servers != (status.get("servers") or []):
         patch.status["servers"] = servers
     state, reason, message = compliance.condition()
+    current = find_condition(status.get("conditions"), "Compliant")
     memo.conditions.set(name, "Compliant", state, reason, message, meta.get("generation"), writer="compliance",
                         current=status)
+    if not current or (current["status"], current["reason"]) != (state, reason):
+        log.info("StorageProfile %s: Compliant %s (%s): %s", name, state, reason, message)
     metrics.record_compliance(name, compliance.counts(), compliance.sqlite_databases)
     findings.publish(memo, name, findings.COMPLIANCE, compliance_findings(name, compliance.verdicts))
 
 
+@with_cluster_indexes
 def announce_findings(
     name: str, spec: kopf.Spec, type: str, memo: kopf.Memo, contracts: kopf.Index, claims_by_volume: kopf.Index,
-    classes_by_name: kopf.Index, pods_by_uid: kopf.Index, nodes_by_pod: kopf.Index, rollouts_under_way: kopf.Index,
-    **_,
+    classes_by_name: kopf.Index, rollouts_under_way: kopf.Index, **_,
 ) -> None:
     """Post a Warning Event on each pod whose mount drifted, is stuck or struggling, or runs SQLite on NFS.
 
@@ -104,7 +107,7 @@ def announce_findings(
         report = NodeReport.from_spec(name, spec)
     except UnreadableReport:
         return
-    report, foreign = of_own_pods(report, lambda uid: one(nodes_by_pod, uid))
+    report, foreign = of_own_pods(report, memo.pods.node_of)
     for entry in foreign:
         metrics.REPORT_ENTRIES_DROPPED.labels(entry.node, entry.reason).inc()
         # A pod gone while its mount lingers is ordinary; a pod of another node is not.
@@ -112,14 +115,14 @@ def announce_findings(
     posted: PostedFindings = memo.posted_findings
     stale_after = timedelta(seconds=memo.config.report_stale_after)
     for pod_uid, volume_name in {(m.pod_uid, m.volume_name): None for m in report.mounts if m.pod_uid}:
-        pod = one(pods_by_uid, pod_uid)
+        pod = memo.pods.get(pod_uid)
         volume = one(claims_by_volume, volume_name)
         storage_class = one(classes_by_name, volume["storageClass"]) if volume else None
         profile = storage_class.profile if storage_class else None
         contract = one(contracts, profile) if profile else None
         if pod is None or contract is None:
             continue
-        verdict = assess(Consumer(pod_uid, pod["namespace"], pod["name"], name, volume_name,
+        verdict = assess(Consumer(pod_uid, pod.namespace, pod.name, name, volume_name,
                                   volume.get("mountOptions"), volume.get("storageClass")), contract,
                          {name: report}, now=report.scan_time, stale_after=stale_after)
         for finding in verdict.findings:
@@ -133,17 +136,18 @@ def announce_findings(
                                f"{volume_name} on {name} (StorageProfile {profile}): {finding.message} "
                                f"{finding.remedy}".strip())
     for use in report.sqlite:
-        pod = one(pods_by_uid, use.pod_uid) if use.pod_uid else None
+        pod = memo.pods.get(use.pod_uid) if use.pod_uid else None
         if pod is not None:
             _post_once(posted, use.pod_uid, pod, "SQLiteOnNFS",
                        f"{use.volume_name or 'a network volume'} on {name}: {use.message}")
 
 
-def _post_once(posted: PostedFindings, pod_uid: str, pod: dict, reason: str, message: str) -> None:
+def _post_once(posted: PostedFindings, pod_uid: str, pod: PodPlacement, reason: str, message: str) -> None:
     if not posted.first_time(pod_uid, reason, message):
         return
+    log.info("pod %s/%s: %s: %s", pod.namespace, pod.name, reason, message)
     kopf.warn({"apiVersion": "v1", "kind": "Pod",
-               "metadata": {"name": pod["name"], "namespace": pod["namespace"], "uid": pod_uid}},
+               "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod_uid}},
               reason=reason, message=message[:1000])
 
 

@@ -1,21 +1,47 @@
-"""Roll a profile's new version out to the volumes bound before it: a level-triggered timer.
+"""Roll a profile's new version out to the volumes bound before it, at the pace of the events that move it.
 
-Each tick reads the world, lets the pure planner (mountwarden.core.rollout) pick
-the next actions, performs them and writes status.rollout. No progress lives in
-memory, so an operator restarted at any point carries on from the cluster.
+One daemon per StorageProfile runs a tick whenever something happens that can move
+its rollout on, and only then:
+
+- the profile's target changes: a new version reconciled, an approval, a new rollout policy;
+- a volume of its classes comes, goes or is patched (told by the PVs' watch, mountwarden.adapters.watches);
+- a workload of its rollout changes (its own rollout progresses: replicas updated, ready), or its
+  HorizontalPodAutoscaler does (one at zero replicas disables itself);
+- a node report changes while the rollout verifies replicas (their mounts appear).
+
+Wake-ups that arrive during a tick coalesce into one more tick. With no event at all a
+tick still runs every ``rollout_interval`` seconds: a safety net (a missed watch event,
+an API error), not the pace of the work.
+
+A tick reads the world, lets the pure planner (mountwarden.core.rollout) pick the next
+actions, performs them and writes status.rollout. No progress lives in memory, so an
+operator restarted at any point carries on from the cluster; what the daemons remember
+(which workloads each rollout follows) only routes wake-ups and is rebuilt by the first
+tick.
 """
 
+import asyncio
+import logging
+import threading
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 
 import kopf
+import kubernetes
 from pydantic import ValidationError
 
+from mountwarden.adapters.kube import TransientApiError, transient_errors
+from mountwarden.adapters.watches import Entries, with_cluster_indexes
 from mountwarden.adapters.workloads import ClusterWorkloads
 from mountwarden.api.base import GROUP, VERSION
+from mountwarden.api.nodemountreport import PLURAL as REPORTS
 from mountwarden.api.storageprofile import PLURAL, StorageProfileSpec
 from mountwarden.core.rollout import (
     APPROVE_ANNOTATION,
+    PatchVolume,
+    Phase,
     Policy,
+    Step,
     Target,
     Version,
     advance,
@@ -23,12 +49,111 @@ from mountwarden.core.rollout import (
     needs_world,
 )
 from mountwarden.handlers.config import OperatorConfig
-from mountwarden.handlers.errors import retry_transient
+from mountwarden.handlers.errors import backoff
 
 PROFILE = (GROUP, VERSION, PLURAL)
+WORKLOAD_RESOURCES = (("apps", "v1", "deployments"), ("apps", "v1", "statefulsets"), ("apps", "v1", "daemonsets"))
+#: Phases in which replicas are being restarted or verified: node reports can move them on.
+VERIFYING_PHASES = frozenset({Phase.PROGRESSING, Phase.PAUSED, Phase.WAITING})
+
+log = logging.getLogger(__name__)
 
 
-def _target(name: str, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta) -> Target | None:
+class RolloutWakeups:
+    """What wakes each profile's rollout daemon: one asyncio.Event per profile, and who to wake for what.
+
+    Events are set on kopf's event loop (by the async handlers below); the routing
+    tables are rewritten by ticks in worker threads, hence the lock.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._loop = loop
+        self._events: dict[str, asyncio.Event] = {}
+        self._lock = threading.Lock()
+        #: Each class of a profile's lineage -> the profile (from its last tick's target).
+        self._classes: dict[str, str] = {}
+        #: (kind, namespace, name) of a workload -> the profiles whose rollout lists it.
+        self._workloads: dict[tuple[str, str, str], set[str]] = {}
+        self._followed: dict[str, set[tuple[str, str, str]]] = {}
+        #: Profiles whose rollout restarts or verifies replicas now.
+        self._verifying: set[str] = set()
+        #: The inputs of each profile's target, as last seen: its own status writes change nothing here.
+        self._targets: dict[str, tuple] = {}
+
+    def event(self, profile: str) -> asyncio.Event:
+        return self._events.setdefault(profile, asyncio.Event())
+
+    def wake(self, profile: str) -> None:
+        self.event(profile).set()
+
+    def wake_for_classes_threadsafe(self, classes: Iterable[str]) -> None:
+        """From another thread (a watch): wake the profiles whose lineage holds any of ``classes``."""
+        with self._lock:
+            profiles = {self._classes[cls] for cls in classes if cls in self._classes}
+        if profiles and self._loop is not None:
+            for profile in profiles:
+                self._loop.call_soon_threadsafe(self.wake, profile)
+
+    def lineage(self, profile: str, classes: Iterable[str]) -> None:
+        with self._lock:
+            for cls in [cls for cls, owner in self._classes.items() if owner == profile]:
+                del self._classes[cls]
+            self._classes.update(dict.fromkeys(classes, profile))
+
+    def wake_for_workload(self, kind: str, namespace: str, name: str) -> None:
+        with self._lock:
+            profiles = list(self._workloads.get((kind, namespace, name), ()))
+        for profile in profiles:
+            self.wake(profile)
+
+    def wake_verifying(self) -> None:
+        with self._lock:
+            profiles = list(self._verifying)
+        for profile in profiles:
+            self.wake(profile)
+
+    def target_changed(self, profile: str, inputs: tuple) -> bool:
+        with self._lock:
+            changed = self._targets.get(profile) != inputs
+            self._targets[profile] = inputs
+        return changed
+
+    def follow(self, profile: str, status: Mapping | None) -> None:
+        """Route the events of the workloads in ``status`` (status.rollout, as written) to ``profile``."""
+        status = status or {}
+        active = status.get("phase") not in (None, Phase.COMPLETE, Phase.AWAITING_MIGRATION)
+        workloads = {(w["kind"], w["namespace"], w["name"]) for w in status.get("workloads") or []} if active else set()
+        with self._lock:
+            for ref in self._followed.get(profile, set()) - workloads:
+                self._workloads.get(ref, set()).discard(profile)
+                if not self._workloads.get(ref):
+                    self._workloads.pop(ref, None)
+            for ref in workloads:
+                self._workloads.setdefault(ref, set()).add(profile)
+            self._followed[profile] = workloads
+            if active and status.get("phase") in VERIFYING_PHASES:
+                self._verifying.add(profile)
+            else:
+                self._verifying.discard(profile)
+
+    def forget(self, profile: str) -> None:
+        self.follow(profile, None)
+        self.lineage(profile, ())
+        with self._lock:
+            self._targets.pop(profile, None)
+            self._followed.pop(profile, None)
+        self._events.pop(profile, None)
+
+
+def target_inputs(spec: Mapping, status: Mapping, meta: Mapping) -> tuple:
+    """What the target of a rollout is made of: a change of any of these may start or move a rollout."""
+    return (meta.get("generation"), status.get("observedGeneration"), status.get("storageClassName"),
+            status.get("version"), tuple(status.get("effectiveMountOptions") or ()),
+            len(status.get("history") or ()), (meta.get("annotations") or {}).get(APPROVE_ANNOTATION),
+            repr(spec.get("rollout")))
+
+
+def _target(name: str, spec: Mapping, status: Mapping, meta: Mapping) -> Target | None:
     """The version to roll out; None until the profile's current spec has been reconciled into a class."""
     if not status.get("storageClassName") or status.get("observedGeneration") != meta.get("generation"):
         return None  # a new spec is on its way: its version will supersede this one
@@ -47,33 +172,152 @@ def _target(name: str, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta) ->
     return Target(name, current, lineage, policy, (meta.get("annotations") or {}).get(APPROVE_ANNOTATION))
 
 
-@retry_transient
-def roll_out(
-    name: str, body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta, patch: kopf.Patch,
-    memo: kopf.Memo, volumes_by_class: kopf.Index, **_,
-) -> None:
-    target = _target(name, spec, status, meta)
-    if target is None:
-        return
-    lineage = [version.storage_class for version in target.lineage]
-    volumes = {cls: list(volumes_by_class.get(cls, [])) for cls in lineage}
-    older = [pv for cls, pvs in volumes.items() if cls != target.version.storage_class for pv in pvs]
-    previous = status.get("rollout")
-    # The PV index is enough to tell that a finished plan has nothing new to do: no API call then.
-    if not needs_world(previous, target, [pv for pvs in volumes.values() for pv in pvs], older):
-        return
-    cluster = ClusterWorkloads(memo.kube_client)
-    world = cluster.read(lineage, with_reports=target.restarts_workloads)
-    step = advance(build_plan(target, world), previous, datetime.now(UTC))
-    refused = cluster.perform(step.actions)
-    for event in step.events:
-        (kopf.warn if event.warning else kopf.info)(body, reason=event.reason, message=event.message)
-    for refusal in refused:  # a budget changed since the world was read: the next tick reads it
-        kopf.warn(body, reason="EvictionRefused", message=str(refusal))
-    written = {key: value for key, value in step.status.items() if value is not None}
-    if written != dict(previous or {}):
-        patch.status["rollout"] = step.status
+class ProfileRollout:
+    """One profile's ticks: decide from the world, act, record."""
+
+    def __init__(self, name: str, client: kubernetes.client.ApiClient, wakeups: RolloutWakeups) -> None:
+        self.name = name
+        self.custom = kubernetes.client.CustomObjectsApi(client)
+        self.cluster = ClusterWorkloads(client)
+        self.wakeups = wakeups
+
+    def tick(self, body: Mapping, volumes_by_class: kopf.Index) -> None:
+        """One tick; ``body`` is kopf's live view of the profile, enough to tell whether the world is needed."""
+        if not self._needs_world(body, volumes_by_class):
+            self.wakeups.follow(self.name, (body.get("status") or {}).get("rollout"))
+            return
+        # The live view may not show this daemon's last status write yet: judge from the stored profile.
+        with transient_errors():
+            fresh = self.custom.get_cluster_custom_object(*PROFILE, self.name)
+        spec, status, meta = fresh.get("spec") or {}, fresh.get("status") or {}, fresh.get("metadata") or {}
+        target = _target(self.name, spec, status, meta)
+        previous = status.get("rollout")
+        if target is None:
+            self.wakeups.follow(self.name, previous)
+            return
+        lineage = [version.storage_class for version in target.lineage]
+        world = self.cluster.read(lineage, with_reports=target.restarts_workloads)
+        step = advance(build_plan(target, world), previous, datetime.now(UTC))
+        refused = self.cluster.perform(step.actions)
+        self._announce(fresh, step)
+        for refusal in refused:  # a budget changed since the world was read: the next tick reads it
+            kopf.warn(fresh, reason="EvictionRefused", message=str(refusal))
+            log.info("StorageProfile %s: EvictionRefused: %s", self.name, refusal)
+        written = {key: value for key, value in step.status.items() if value is not None}
+        if written != dict(previous or {}):
+            with transient_errors():
+                self.custom.patch_cluster_custom_object_status(*PROFILE, self.name, {"status": {"rollout": step.status}})
+        self.wakeups.follow(self.name, written)
+
+    def _needs_world(self, body: Mapping, volumes_by_class: kopf.Index) -> bool:
+        target = _target(self.name, body.get("spec") or {}, body.get("status") or {}, body.get("metadata") or {})
+        if target is None:
+            return False
+        self.wakeups.lineage(self.name, (version.storage_class for version in target.lineage))
+        volumes = {version.storage_class: list(volumes_by_class.get(version.storage_class, []))
+                   for version in target.lineage}
+        older = [pv for cls, pvs in volumes.items() if cls != target.version.storage_class for pv in pvs]
+        # The PV index is enough to tell that a finished plan has nothing new to do: no API call then.
+        return needs_world((body.get("status") or {}).get("rollout"), target,
+                           [pv for pvs in volumes.values() for pv in pvs], older)
+
+    def _announce(self, profile: Mapping, step: Step) -> None:
+        """One Event and one log line per decision: restarts, remounts, blocks, phase changes."""
+        for event in step.events:
+            (kopf.warn if event.warning else kopf.info)(profile, reason=event.reason, message=event.message)
+            log.info("StorageProfile %s: %s: %s", self.name, event.reason, event.message)
+        patched = [action.name for action in step.actions if isinstance(action, PatchVolume)]
+        if patched:
+            log.info("StorageProfile %s: patched the mountOptions of %d PersistentVolumes (%s%s)", self.name,
+                     len(patched), ", ".join(patched[:3]), ", ..." if len(patched) > 3 else "")
+
+
+async def _next_wakeup(wake: asyncio.Event, stopped: kopf.DaemonStopped, timeout: float) -> None:
+    """Return when woken, when stopping, or after ``timeout`` (the safety net), whichever comes first."""
+    async def until_stopped() -> None:
+        await stopped.wait()
+
+    waiters = {asyncio.ensure_future(wake.wait()), asyncio.ensure_future(until_stopped())}
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+
+
+@with_cluster_indexes
+async def drive_rollout(name: str, body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped,
+                        volumes_by_class: kopf.Index, logger: logging.Logger, **_) -> None:
+    """The profile's rollout daemon: a tick at start, then one per wake-up (or per safety-net interval)."""
+    wakeups: RolloutWakeups = memo.rollout_wakeups
+    rollout = ProfileRollout(name, memo.kube_client, wakeups)
+    wake = wakeups.event(name)
+    wake.set()  # the first tick runs at once: a rollout may have been under way when the operator started
+    failures = 0
+    try:
+        while not stopped:
+            await _next_wakeup(wake, stopped, memo.config.rollout_interval)
+            if stopped:
+                break
+            wake.clear()
+            try:
+                # In a worker thread, with kopf's context (Events posted from there reach its poster).
+                await asyncio.to_thread(rollout.tick, body, volumes_by_class)
+                failures = 0
+            except TransientApiError as error:
+                failures += 1
+                logger.warning(f"rollout tick failed ({error}); trying again in {backoff(failures):.0f} s")
+                await asyncio.sleep(backoff(failures))
+                wake.set()
+            except Exception:  # a bug must not end the daemon: the next event or the safety net retries
+                failures += 1
+                logger.exception("rollout tick failed")
+                await asyncio.sleep(backoff(failures))
+    finally:
+        wakeups.forget(name)
+
+
+# -- what wakes the daemons -----------------------------------------------------------------------------
+
+
+async def wake_on_target_change(name: str, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta, type: str,
+                                memo: kopf.Memo, **_) -> None:
+    """A new version, an approval, a new policy; not this profile's own status.rollout writes."""
+    if type != "DELETED" and memo.rollout_wakeups.target_changed(name, target_inputs(spec, status, meta)):
+        memo.rollout_wakeups.wake(name)
+
+
+def volume_changed(wakeups: RolloutWakeups):
+    """A PV of a profile's lineage came, went or changed (told by the PVs' watch, in its thread)."""
+    def listener(uid: str, before: Entries, after: Entries) -> None:
+        wakeups.wake_for_classes_threadsafe({*before.get("volumes_by_class", {}), *after.get("volumes_by_class", {})})
+    return listener
+
+
+async def wake_on_workload_change(name: str, namespace: str, body: kopf.Body, memo: kopf.Memo, **_) -> None:
+    memo.rollout_wakeups.wake_for_workload(body.get("kind", ""), namespace, name)
+
+
+async def wake_on_autoscaler_change(namespace: str, spec: kopf.Spec, memo: kopf.Memo, **_) -> None:
+    """An HPA disables itself at zero replicas: the rollout of its workload then says so."""
+    target = spec.get("scaleTargetRef") or {}
+    memo.rollout_wakeups.wake_for_workload(target.get("kind", ""), namespace, target.get("name", ""))
+
+
+async def wake_on_report_change(memo: kopf.Memo, **_) -> None:
+    memo.rollout_wakeups.wake_verifying()
+
+
+async def start_wakeups(memo: kopf.Memo, **_) -> None:
+    memo.rollout_wakeups = RolloutWakeups(asyncio.get_running_loop())
+    memo.watches.volumes.listeners.append(volume_changed(memo.rollout_wakeups))
 
 
 def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
-    kopf.timer(*PROFILE, interval=config.rollout_interval, registry=registry)(roll_out)
+    kopf.on.startup(registry=registry)(start_wakeups)
+    kopf.daemon(*PROFILE, registry=registry, cancellation_timeout=5.0)(drive_rollout)
+    kopf.on.event(*PROFILE, registry=registry)(wake_on_target_change)
+    for resource in WORKLOAD_RESOURCES:
+        kopf.on.event(*resource, registry=registry)(wake_on_workload_change)
+    kopf.on.event("autoscaling", "v2", "horizontalpodautoscalers", registry=registry)(wake_on_autoscaler_change)
+    kopf.on.event(GROUP, VERSION, REPORTS, registry=registry)(wake_on_report_change)

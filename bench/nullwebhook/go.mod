@@ -1,0 +1,3 @@
+module mountwarden.dev/bench/nullwebhook
+
+go 1.24.0

@@ -1,0 +1,82 @@
+"""Where each pod runs and which claims it mounts: all the operator keeps of the cluster's pods.
+
+Compliance needs, for every claim of a profile, the pods that mount it and their nodes;
+a node report's pods must be checked against the node they are really scheduled on (an
+agent speaks only of its own node's pods); Events name a pod by namespace and name. That
+is four fields per pod, reduced from each pod as it arrives (mountwarden.adapters.watches)
+and nothing else of it is held. Only pods that mount a claim or an in-line NFS volume are
+kept: no other can hold a volume a report shows or a profile governs.
+"""
+
+import sys
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple
+
+from mountwarden.adapters.watches import Entries, ReducedWatch
+
+#: The indexes the pods file (see pod_entries).
+POD_INDEXES = ("pods_by_uid", "pods_by_claim")
+
+
+class PodPlacement(NamedTuple):
+    uid: str
+    namespace: str
+    name: str
+    #: None until the scheduler has bound it.
+    node: str | None
+    #: The claims it mounts (in its namespace).
+    claims: tuple[str, ...]
+
+
+def placement(pod: Mapping) -> PodPlacement | None:
+    """The fields kept of a pod (its wire form), or None when it mounts nothing a report could show."""
+    metadata = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    volumes = spec.get("volumes") or []
+    claims = tuple(sorted({v["persistentVolumeClaim"]["claimName"] for v in volumes if v.get("persistentVolumeClaim")}))
+    if not claims and not any(v.get("nfs") for v in volumes):
+        return None
+    node = spec.get("nodeName")
+    # Namespaces and nodes repeat across thousands of pods: one string each.
+    return PodPlacement(metadata["uid"], sys.intern(metadata.get("namespace", "")), metadata["name"],
+                        sys.intern(node) if node else None, tuple(sys.intern(c) for c in claims))
+
+
+def placement_entries(found: PodPlacement | None) -> Entries:
+    if found is None:
+        return {}
+    return {"pods_by_uid": {found.uid: found},
+            "pods_by_claim": {(found.namespace, claim): found for claim in found.claims}}
+
+
+def pod_entries(pod: Mapping) -> Entries:
+    """What a pod files: its placement by UID, and under each claim it mounts."""
+    return placement_entries(placement(pod))
+
+
+class PodPlacements:
+    """The pods' placements, read from the pods' watch (or, without a cluster, from what ``load`` is given)."""
+
+    def __init__(self, watch: ReducedWatch | None = None) -> None:
+        self.watch = watch if watch is not None else ReducedWatch("pods", None, pod_entries, POD_INDEXES)
+        self._by_uid = self.watch.indexes["pods_by_uid"]
+        self._by_claim = self.watch.indexes["pods_by_claim"]
+
+    @property
+    def synced(self):
+        return self.watch.synced
+
+    def load(self, pods: Iterable[PodPlacement]) -> None:
+        self.watch.load({pod.uid: placement_entries(pod) for pod in pods})
+
+    def get(self, uid: str) -> PodPlacement | None:
+        found = self._by_uid.get(uid)
+        return found[0] if found else None
+
+    def node_of(self, uid: str) -> str | None:
+        """The node a pod is scheduled on, "" while it is not; None for a pod unknown here (gone, or mounting nothing)."""
+        pod = self.get(uid)
+        return (pod.node or "") if pod is not None else None
+
+    def of_claim(self, namespace: str, claim: str) -> list[PodPlacement]:
+        return list(self._by_claim.get((namespace, claim), ()))

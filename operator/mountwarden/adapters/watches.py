@@ -1,0 +1,242 @@
+"""Resources the operator keeps a few fields of: listed in pages, watched, each object reduced as it arrives.
+
+kopf keeps, for every object it watches, a worker task with its queue, a copy of the memo
+and the object itself, and at start it holds every listed object until every resource is
+indexed. With 20,000 pods and 5,000 PVs and claims that was 1.1 GiB and minutes to start
+(bench/scale.py; the memory profiles in bench/results/scale.json). The resources a large
+cluster has by the ten thousand (pods, PersistentVolumes, claims) are therefore watched
+here: each object is reduced at once to the entries it files in a few indexes, and only
+those are kept. The indexes have the shape of kopf's (``index.get(key)`` -> the values filed
+under ``key``), so handlers read them the same way (mountwarden.handlers.indexes).
+
+One thread per resource lists it in pages (PAGE_SIZE objects held at a time) and then
+watches it from the list's resourceVersion; an error or an expired watch (410 Gone) lists
+it again. ``synced`` is set once the first list is in: before that no answer is whole.
+"""
+
+import functools
+import inspect
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Hashable, Iterator, Mapping
+from typing import Any
+
+import kubernetes
+
+log = logging.getLogger(__name__)
+
+#: Objects per page of a list: the transient memory of a list is one page, not the cluster.
+PAGE_SIZE = 500
+WATCH_SECONDS = 300
+RETRY_SECONDS = 5.0
+
+#: What one object files: index name -> {key: value}.
+Entries = dict[str, dict[Hashable, Any]]
+#: Reduces an object (its wire form) to its entries; {} files nothing.
+Reducer = Callable[[Mapping], Entries]
+#: Told of every change: (uid, entries before, entries after), in the watch's thread.
+Listener = Callable[[str, Entries, Entries], None]
+
+
+class Index(Mapping):
+    """key -> the values filed under it, as a tuple (a copy, made under the lock the watch thread writes under)."""
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self._store: dict[Hashable, dict[str, Any]] = {}
+        self._lock = lock
+
+    def __getitem__(self, key: Hashable) -> tuple:
+        with self._lock:
+            return tuple(self._store[key].values())
+
+    def get(self, key: Hashable, default: Any = None) -> Any:
+        with self._lock:
+            found = self._store.get(key)
+            return tuple(found.values()) if found is not None else default
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._store
+
+    def __iter__(self) -> Iterator[Hashable]:
+        with self._lock:
+            return iter(list(self._store))
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+    def _file(self, uid: str, entries: Mapping[Hashable, Any]) -> None:
+        for key, value in entries.items():
+            self._store.setdefault(key, {})[uid] = value
+
+    def _unfile(self, uid: str, entries: Mapping[Hashable, Any]) -> None:
+        for key in entries:
+            filed = self._store.get(key)
+            if filed is not None:
+                filed.pop(uid, None)
+                if not filed:
+                    del self._store[key]
+
+
+class ReducedWatch:
+    """One resource, kept as the indexes its objects file; ``indexes[name]`` reads one."""
+
+    def __init__(self, what: str, list_objects: Callable[..., Any] | None, reduce: Reducer,
+                 names: tuple[str, ...]) -> None:
+        """``list_objects`` is a list call of the Kubernetes client (e.g. CoreV1Api.list_persistent_volume);
+        without one the watch holds what ``load`` is given and follows nothing."""
+        self.what = what
+        self.list_objects = list_objects
+        self.reduce = reduce
+        self._lock = threading.Lock()
+        self.indexes: dict[str, Index] = {name: Index(self._lock) for name in names}
+        self.listeners: list[Listener] = []
+        self.synced = threading.Event()
+        self._filed: dict[str, Entries] = {}
+        self._stop = threading.Event()
+        self._watch: kubernetes.watch.Watch | None = None
+        self._thread: threading.Thread | None = None
+
+    def __len__(self) -> int:
+        return len(self._filed)
+
+    def start(self) -> None:
+        if self.list_objects is None:
+            raise RuntimeError(f"the watch of {self.what} has no list call to follow")
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=f"watch-{self.what}", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._watch is not None:
+            self._watch.stop()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    # -- filing ----------------------------------------------------------------------------------
+
+    def load(self, objects: Mapping[str, Entries]) -> None:
+        """Hold exactly what ``objects`` (uid -> entries, a whole list's worth) file; answers are whole from now."""
+        with self._lock:
+            before, self._filed = self._filed, {}
+            for index in self.indexes.values():
+                index._store.clear()
+            for uid, entries in objects.items():
+                self._file(uid, entries)
+        self.synced.set()
+        for uid in before.keys() | objects.keys():
+            if before.get(uid, {}) != objects.get(uid, {}):
+                self._tell(uid, before.get(uid, {}), objects.get(uid, {}))
+
+    def apply(self, uid: str, entries: Entries) -> None:
+        """One object changed ({} when it is gone or files nothing any more)."""
+        with self._lock:
+            before = self._filed.pop(uid, {})
+            for name, filed in before.items():
+                self.indexes[name]._unfile(uid, filed)
+            self._file(uid, entries)
+        if before != entries:
+            self._tell(uid, before, entries)
+
+    def _file(self, uid: str, entries: Entries) -> None:
+        kept = {name: filed for name, filed in entries.items() if filed}
+        if kept:
+            self._filed[uid] = kept
+            for name, filed in kept.items():
+                self.indexes[name]._file(uid, filed)
+
+    def _tell(self, uid: str, before: Entries, after: Entries) -> None:
+        for listener in self.listeners:
+            try:
+                listener(uid, before, after)
+            except Exception:  # a listener's bug must not stop the watch
+                log.exception("a listener of %s failed", self.what)
+
+    # -- the list and the watch -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._follow(self._list())
+            except Exception as error:  # the API server away, 410 Gone: list again after a pause
+                if self._stop.is_set():
+                    return
+                log.warning("watching %s failed (%s): listing them again in %.0f s", self.what, error, RETRY_SECONDS)
+                self._stop.wait(RETRY_SECONDS)
+
+    def _list(self) -> str:
+        objects: dict[str, Entries] = {}
+        token = None
+        while True:
+            response = self.list_objects(limit=PAGE_SIZE, _continue=token, _preload_content=False)
+            page = json.loads(response.data)
+            for obj in page.get("items") or []:
+                objects[obj["metadata"]["uid"]] = self.reduce(obj)
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                self.load(objects)
+                log.info("following %d %s", len(self._filed), self.what)
+                return page["metadata"]["resourceVersion"]
+
+    def _follow(self, resource_version: str) -> None:
+        while not self._stop.is_set():
+            self._watch = kubernetes.watch.Watch()
+            for event in self._watch.stream(self.list_objects, resource_version=resource_version,
+                                            timeout_seconds=WATCH_SECONDS, allow_watch_bookmarks=True,
+                                            deserialize=False):
+                obj = event["object"]
+                if event["type"] == "ERROR":
+                    raise RuntimeError(f"the watch of {self.what} ended: {obj.get('message', obj)}")
+                resource_version = obj["metadata"]["resourceVersion"]
+                if event["type"] != "BOOKMARK":
+                    uid = obj["metadata"]["uid"]
+                    self.apply(uid, {} if event["type"] == "DELETED" else self.reduce(obj))
+
+
+class CoreWatches:
+    """The cluster's pods, PersistentVolumes and claims, each kept as the indexes its reducer files."""
+
+    def __init__(self, client: kubernetes.client.ApiClient, *, pods: tuple[Reducer, tuple[str, ...]],
+                 volumes: tuple[Reducer, tuple[str, ...]], claims: tuple[Reducer, tuple[str, ...]]) -> None:
+        self.core = kubernetes.client.CoreV1Api(client)
+        self.pods = ReducedWatch("pods", self.core.list_pod_for_all_namespaces, *pods)
+        self.volumes = ReducedWatch("persistentvolumes", self.core.list_persistent_volume, *volumes)
+        self.claims = ReducedWatch("persistentvolumeclaims", self.core.list_persistent_volume_claim_for_all_namespaces,
+                                   *claims)
+
+        self.all = (self.pods, self.volumes, self.claims)
+        #: Every index of the three, by name.
+        self.indexes: dict[str, Index] = {name: index for watch in self.all for name, index in watch.indexes.items()}
+
+    def start(self) -> None:
+        for watch in self.all:
+            watch.start()
+
+    def stop(self) -> None:
+        for watch in self.all:
+            watch.stop()
+
+    def wait_synced(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        return all(watch.synced.wait(max(0.0, deadline - time.monotonic())) for watch in self.all)
+
+
+def with_cluster_indexes(handler: Callable) -> Callable:
+    """Hand a kopf handler the indexes of ``memo.watches`` (a CoreWatches) by name, as kopf hands its own."""
+
+    def with_indexes(kwargs: dict) -> dict:
+        watches = getattr(kwargs["memo"], "watches", None)
+        return {**watches.indexes, **kwargs} if watches is not None else kwargs  # those given (by a test) win
+
+    if inspect.iscoroutinefunction(handler):
+        @functools.wraps(handler)
+        async def async_wrapper(*args, **kwargs):
+            return await handler(*args, **with_indexes(kwargs))
+        return async_wrapper
+
+    @functools.wraps(handler)
+    def wrapper(*args, **kwargs):
+        return handler(*args, **with_indexes(kwargs))
+    return wrapper
