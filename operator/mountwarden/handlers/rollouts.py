@@ -38,6 +38,7 @@ from mountwarden.api.nodemountreport import PLURAL as REPORTS
 from mountwarden.api.storageprofile import PLURAL, StorageProfileSpec
 from mountwarden.core.rollout import (
     APPROVE_ANNOTATION,
+    DISRUPTION_BUDGET,
     PatchVolume,
     Phase,
     Policy,
@@ -55,6 +56,9 @@ PROFILE = (GROUP, VERSION, PLURAL)
 WORKLOAD_RESOURCES = (("apps", "v1", "deployments"), ("apps", "v1", "statefulsets"), ("apps", "v1", "daemonsets"))
 #: Phases in which replicas are being restarted or verified: node reports can move them on.
 VERIFYING_PHASES = frozenset({Phase.PROGRESSING, Phase.PAUSED, Phase.WAITING})
+#: Seconds between attempts to evict a replica that a PodDisruptionBudget refused, as `kubectl drain` retries
+#: (its default): a budget allows again when a replica elsewhere becomes Ready, and no event here says so.
+EVICTION_RETRY_SECONDS = 5.0
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +83,8 @@ class RolloutWakeups:
         self._verifying: set[str] = set()
         #: The inputs of each profile's target, as last seen: its own status writes change nothing here.
         self._targets: dict[str, tuple] = {}
+        #: Profiles with a replica a PodDisruptionBudget refused to let go: they try again soon.
+        self._refused: set[str] = set()
 
     def event(self, profile: str) -> asyncio.Event:
         return self._events.setdefault(profile, asyncio.Event())
@@ -118,7 +124,7 @@ class RolloutWakeups:
             self._targets[profile] = inputs
         return changed
 
-    def follow(self, profile: str, status: Mapping | None) -> None:
+    def follow(self, profile: str, status: Mapping | None, *, evictions_refused: bool = False) -> None:
         """Route the events of the workloads in ``status`` (status.rollout, as written) to ``profile``."""
         status = status or {}
         active = status.get("phase") not in (None, Phase.COMPLETE, Phase.AWAITING_MIGRATION)
@@ -135,6 +141,13 @@ class RolloutWakeups:
                 self._verifying.add(profile)
             else:
                 self._verifying.discard(profile)
+            refused = active and any(w.get("reason") == DISRUPTION_BUDGET for w in status.get("workloads") or [])
+            (self._refused.add if refused or evictions_refused else self._refused.discard)(profile)
+
+    def next_tick_within(self, profile: str, safety_net: float) -> float:
+        """Seconds the profile's daemon may sleep without an event: soon while a budget refuses an eviction."""
+        with self._lock:
+            return min(safety_net, EVICTION_RETRY_SECONDS) if profile in self._refused else safety_net
 
     def forget(self, profile: str) -> None:
         self.follow(profile, None)
@@ -142,6 +155,7 @@ class RolloutWakeups:
         with self._lock:
             self._targets.pop(profile, None)
             self._followed.pop(profile, None)
+            self._refused.discard(profile)
         self._events.pop(profile, None)
 
 
@@ -207,7 +221,7 @@ class ProfileRollout:
         if written != dict(previous or {}):
             with transient_errors():
                 self.custom.patch_cluster_custom_object_status(*PROFILE, self.name, {"status": {"rollout": step.status}})
-        self.wakeups.follow(self.name, written)
+        self.wakeups.follow(self.name, written, evictions_refused=bool(refused))
 
     def _needs_world(self, body: Mapping, volumes_by_class: kopf.Index) -> bool:
         target = _target(self.name, body.get("spec") or {}, body.get("status") or {}, body.get("metadata") or {})
@@ -256,7 +270,7 @@ async def drive_rollout(name: str, body: kopf.Body, memo: kopf.Memo, stopped: ko
     failures = 0
     try:
         while not stopped:
-            await _next_wakeup(wake, stopped, memo.config.rollout_interval)
+            await _next_wakeup(wake, stopped, wakeups.next_tick_within(name, memo.config.rollout_interval))
             if stopped:
                 break
             wake.clear()

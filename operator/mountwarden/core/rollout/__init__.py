@@ -20,7 +20,7 @@ Everything here is pure. One module per stage, each importing only those above i
 
 from mountwarden.core.nodereport import NodeReport, ReportedMount
 from mountwarden.core.rollout.actions import Action, Event, PatchVolume, RemountPod, RestartWorkload, Step
-from mountwarden.core.rollout.machine import IN_FLIGHT, Phase, State
+from mountwarden.core.rollout.machine import DISRUPTION_BUDGET, IN_FLIGHT, Phase, State
 from mountwarden.core.rollout.plan import Consumer, Plan, VolumeChange, build_plan
 from mountwarden.core.rollout.status import needs_world
 from mountwarden.core.rollout.tick import advance
@@ -51,7 +51,7 @@ from mountwarden.core.rollout.world import (
 )
 
 __all__ = [
-    "APPLIED_VERSION_ANNOTATION", "APPROVE_ANNOTATION", "IN_FLIGHT", "MANUAL", "NEW_STORAGE_CLASS",
+    "APPLIED_VERSION_ANNOTATION", "APPROVE_ANNOTATION", "DISRUPTION_BUDGET", "IN_FLIGHT", "MANUAL", "NEW_STORAGE_CLASS",
     "PATCH_BOUND_VOLUMES", "PREVIOUS_OPTIONS_ANNOTATION", "RESTARTED_AT_ANNOTATION", "RESTARTED_FOR_ANNOTATION",
     "Action", "Autoscaler", "Check", "DisruptionBudget", "Consumer", "Event", "NodeReport", "PatchVolume", "Phase", "Plan",
     "Pod", "PodCheck", "Policy", "RemountPod", "ReportedMount", "RestartWorkload", "State", "Step", "Target", "Version", "Volume",

@@ -1,7 +1,8 @@
 """Verification: does every replica, on its node, really mount the target's options?
 
 The proof matters: pods of one export on one node can share an NFS superblock,
-and a new mount then silently keeps the first mount's options.
+and a new mount that differs only in options the kernel does not compare (timeo, retrans,
+resvport, nconnect: kernel lab) silently runs with the first mount's.
 """
 
 from collections.abc import Mapping, Sequence
