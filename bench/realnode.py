@@ -3,7 +3,7 @@
 A throwaway local control plane with one kwok node, then lab-node-0 (the kernel lab VM with
 containerd, runc and a kubelet built from the same source) joins it: real_node_ready_s is the
 time from the VM's start to its Node Ready (the dev cluster records it). Then the operator, as
-users run it, rolls a one-replica Deployment out from the `cached` to the `coherent` preset with
+users run it, rolls a one-replica Deployment out from the `cached` to the `staging` preset with
 PatchBoundVolumes: realnode_rollout_s is from the profile change to the rollout Complete, that
 is, until the agent on the node has seen the kubelet's new mount with the new options.
 Writes bench/results/realnode.json.
@@ -73,7 +73,7 @@ def rollout_seconds(kubeconfig: Path, node) -> float:
     wait_for(lambda: (pods := kube.core.list_namespaced_pod(namespace, label_selector="app=web").items)
              and pods[0].status.phase == "Running", timeout=900, interval=2, what=f"web Running on {NODE_NAME}")
     started = time.monotonic()
-    kube.apply_profile(profile_body(profile, "coherent", backend=backend, rollout=automatic))
+    kube.apply_profile(profile_body(profile, "staging", backend=backend, rollout=automatic))
 
     def complete():
         rollout = ((kube.profile(profile) or {}).get("status") or {}).get("rollout") or {}

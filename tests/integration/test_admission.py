@@ -134,6 +134,28 @@ def test_the_configuration_points_at_the_operator_and_never_blocks(kube, webhook
         {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]
 
 
+def test_a_new_profile_with_the_deprecated_name_is_accepted_warned_and_gets_the_replacements_options(
+        cluster, kube, webhook, unique, profiles):
+    name = f"spool-{unique}"
+    profiles.append(name)
+    body = profile(name, "coherent")
+    deprecated = (f"StorageProfile {name}: spec.cachePolicy: cachePolicy coherent is deprecated: its options "
+                  "(cto,lookupcache=positive,acregmax=3, so acregmin=acregmax=3) left stat() by path up to 3 s stale")
+    wait_for(lambda: answer(create(cluster, body, dry_run=True))[0], what="the deprecation warning")
+    warnings, denial = answer(create(cluster, body))
+    assert denial is None
+    (warning,) = warnings  # a new profile: no version change to warn about
+    assert warning.startswith(deprecated), warning
+    assert "It now means staging (acregmin=0,acregmax=0,lookupcache=positive,cto): write cachePolicy: staging" in warning
+    ready(kube, name)
+    status = kube.profile(name)["status"]
+    (in_status,) = status["warnings"]
+    assert in_status.startswith("spec.cachePolicy: cachePolicy coherent is deprecated"), in_status
+    assert {"acregmin=0", "acregmax=0", "lookupcache=positive", "cto"} <= set(status["effectiveMountOptions"])
+    assert "acregmax=3" not in status["effectiveMountOptions"]
+    assert "cachePolicy coherent is deprecated" in kube.condition(name, "Ready")["message"]
+
+
 def test_a_deprecated_preset_keeps_working_and_changes_options_only_through_a_new_version(
         cluster, kube, webhook, unique, profiles):
     """A profile made when coherent meant acregmax=3 keeps working: warned about, moved by a new version."""

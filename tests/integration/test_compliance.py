@@ -129,6 +129,16 @@ def test_drift_shared_superblock_and_sqlite_reach_status_and_events(cluster, kub
     assert exact_status["sqliteDatabases"] == 1
     assert kube.condition(exact_name, "Compliant")["status"] == "True"
 
+    # Each profile's servers across the cluster: how many of its mounts, on how many nodes, how many bytes/s.
+    for profile_name in (strict_name, exact_name):
+        servers = wait_for(lambda name=profile_name: kube.profile(name)["status"].get("servers"),
+                           what=f"status.servers of {profile_name}")
+        assert sum(row["mounts"] for row in servers) == 2 and {row["nodes"] for row in servers} == {1}, servers
+        assert all(row["server"] and row["readBytesPerSecond"] >= 0 and row["writeBytesPerSecond"] >= 0
+                   for row in servers), servers
+        # A generic NFS server is no funnel: only an NFSv3 gateway's row says so.
+        assert {row["message"] for row in servers} == {""}, servers
+
     shared_events = wait_for(lambda: {r for r, _ in pod_events(kube, namespace, "shared")} >= {"SuperblockShared"}
                              and pod_events(kube, namespace, "shared"), what="a SuperblockShared event")
     (message,) = [m for r, m in shared_events if r == "SuperblockShared"]

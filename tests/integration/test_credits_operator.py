@@ -131,3 +131,33 @@ def test_a_nightly_drain_reads_draining_and_the_status_names_who_drains(
     document = json.loads(done.stdout)
     assert document["state"] == "Draining" and document["time_to_empty_basis"] == "day-over-day"
     assert [c["pods"] for c in document["consumers"]["top"]] == [[f"{namespace}/importer"], [f"{namespace}/uploader"]]
+
+
+def test_the_incidents_flags_under_a_caching_preset_warn_at_admission_on_bursting_efs(
+        cluster, kube, operator, moto_server, namespace, unique):
+    """cachePolicy cached with sync, actimeo=0, lookupcache=none: the effective options decide, not the name."""
+    ids = seed(moto_server, aligned_now())
+    name = f"costly-{unique}"
+    body = watched(name, ids["healthy"])
+    body["spec"]["mountOptions"] = ["sync", "actimeo=0", "lookupcache=none"]
+    kube.apply_profile(body)
+    wait_for(lambda: (credits_of(kube, name) or {}).get("throughputMode") == "bursting", timeout=90,
+             what="the throughput mode from DescribeFileSystems")
+    claim = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+             "metadata": {"name": "import-scratch", "namespace": namespace},
+             "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": f"{name}-v1",
+                      "resources": {"requests": {"storage": "1Gi"}}}}
+    expected = (f"Warning: StorageProfile {name}: on Bursting EFS {ids['healthy']} its effective options sync, "
+                "actimeo=0, lookupcache=none make every stat() and open() a round trip per path component")
+
+    def warned(dry_run: bool) -> str:
+        result = cluster.kubectl("create", "-f", "-", *(["--dry-run=server"] if dry_run else []),
+                                 input=json.dumps(claim), check=False)
+        assert result.returncode == 0, result.stderr
+        return result.stderr
+
+    # The webhook's index learns of the credit status a moment after it is written.
+    wait_for(lambda: expected in warned(True), timeout=60, what="the warning on a dry run")
+    stderr = warned(False)
+    assert expected in stderr and "every write() wait for the server (nfs(5))" in stderr
+    assert "use cachePolicy staging for data several clients change" in stderr

@@ -162,7 +162,7 @@ def test_a_rollout_patches_the_pv_and_the_real_remount_is_verified(real_node, ku
     wait_for(lambda: reported(kube, old.metadata.uid), timeout=TIMEOUT, what="web's volume reported")
     started = time.monotonic()
     # acregmax differs between the presets: the kernel gives the new mount a superblock of its own.
-    kube.apply_profile(profile_body(profile, "coherent", backend=backend, rollout=automatic))
+    kube.apply_profile(profile_body(profile, "staging", backend=backend, rollout=automatic))
     target = f"{profile}-v2"
 
     def done():
@@ -177,11 +177,11 @@ def test_a_rollout_patches_the_pv_and_the_real_remount_is_verified(real_node, ku
             if p.metadata.deletion_timestamp is None]
     assert len(pods) == 1 and pods[0].metadata.uid != old.metadata.uid
     volume = reported(kube, pods[0].metadata.uid)
-    assert volume is not None and "acregmax=3" in volume["effectiveOptions"]
+    assert volume is not None and "acregmax=0" in volume["effectiveOptions"]
     # The kernel's own word: the new pod's mount has the new options.
     mount_point = f"/var/lib/kubelet/pods/{pods[0].metadata.uid}/volumes/kubernetes.io~nfs/{pv}"
     line = next(line for line in real_node.vm.read_text("/proc/1/mountinfo").splitlines() if mount_point in line)
-    assert "acregmax=3" in line, line
+    assert "acregmax=0" in line, line
     print(f"one-Deployment rollout on the real node: {elapsed:.0f} s")
 
 

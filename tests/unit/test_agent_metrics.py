@@ -4,9 +4,11 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from mountwarden.agent.activity import VolumeActivity
 from mountwarden.agent.metrics import AgentMetrics, operation_rates
 from mountwarden.agent.report import WriteOutcome
 from mountwarden.core.kubelet import KubeletPlugin
+from mountwarden.core.mountactivity import Activity, ProcessSamples
 from mountwarden.core.nodescan import NodeScan, NodeVolume, OperationTotals, OptionsSource
 
 KEY = ("uid-1", "pv-a", "/var/lib/kubelet/pods/uid-1/volumes/kubernetes.io~csi/pv-a/mount", "0:101")
@@ -117,3 +119,38 @@ def test_only_writes_count_as_writes():
     (writes,) = samples(metrics, "mountwarden_agent_report_writes_total")
     (last,) = samples(metrics, "mountwarden_agent_last_successful_write_timestamp_seconds")
     assert (writes.labels, writes.value, last.value) == ({"outcome": "heartbeat"}, 1.0, 12.0)
+
+
+def test_each_volume_serves_its_throughput_transport_rates_and_share_in_d():
+    moving = Activity(window_seconds=300, since="scans", read_bytes_per_second=5.6e8, write_bytes_per_second=2.5e7,
+                      requests_per_second=600, retransmissions_per_second=0.5, major_timeouts_per_second=0.02,
+                      reconnects_per_second=0.01, connections=1, data_requests=180000, avg_queue_ms=9.0,
+                      avg_rtt_ms=2.0, avg_execute_ms=11.5)
+    other = (KEY[0], KEY[1], KEY[2].replace("pv-a", "pv-a-again"), "0:102")  # the same volume mounted twice
+    metrics = AgentMetrics("node-a")
+    metrics.scanned(scan(volume()), 0.01, at=0.0, recent={
+        KEY: VolumeActivity(moving, ProcessSamples(samples=50, uninterruptible=49, processes=3)),
+        other: VolumeActivity(None, ProcessSamples(samples=50, uninterruptible=0, processes=1)),
+    })
+
+    served = {name: [(sample.labels, sample.value) for sample in samples(metrics, name)] for name in (
+        "mountwarden_nfs_read_bytes_per_second", "mountwarden_nfs_write_bytes_per_second",
+        "mountwarden_nfs_retransmissions_per_second", "mountwarden_nfs_major_timeouts_per_second",
+        "mountwarden_nfs_reconnects_per_second", "mountwarden_nfs_uninterruptible_share")}
+    labels = {"node": "node-a", "pod_uid": "uid-1", "volume": "pv-a"}
+    assert served == {
+        "mountwarden_nfs_read_bytes_per_second": [(labels, 5.6e8)],
+        "mountwarden_nfs_write_bytes_per_second": [(labels, 2.5e7)],
+        "mountwarden_nfs_retransmissions_per_second": [(labels, 0.5)],
+        "mountwarden_nfs_major_timeouts_per_second": [(labels, 0.02)],
+        "mountwarden_nfs_reconnects_per_second": [(labels, 0.01)],
+        "mountwarden_nfs_uninterruptible_share": [(labels, 0.98)],
+    }
+
+
+def test_a_volume_without_counters_or_samples_serves_no_activity():
+    metrics = AgentMetrics("node-a")
+    metrics.scanned(scan(volume()), 0.01, at=0.0, recent={KEY: VolumeActivity(None, ProcessSamples(0, 0, 0))})
+
+    for name in ("mountwarden_nfs_read_bytes_per_second", "mountwarden_nfs_uninterruptible_share"):
+        assert list(samples(metrics, name)) == []

@@ -3,11 +3,14 @@
 import re
 from pathlib import Path
 
+import yaml
+
 from mountwarden.api.storageprofile import RolloutWorkload
 from mountwarden.cli.docs import rendered
 from mountwarden.core.compliance import ComplianceReason, VerdictReason
 from mountwarden.core.credits import CreditState, ProblemReason
 from mountwarden.core.rollout import Phase
+from mountwarden.core.sqlite import LOCAL_VOLUME_YAML, REMEDY, WAL_REMEDY
 from mountwarden.core.volumecheck import VolumeFindingReason
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,3 +64,30 @@ def test_every_test_the_threat_model_names_exists():
     missing = [f"{path}::{test}" for path, test in sorted(named)
                if not re.search(rf"^def {test}\(", (ROOT / path).read_text(), re.MULTILINE)]
     assert not missing, f"docs/security.md names tests that do not exist: {missing}"
+
+
+def paragraphs_naming(word: str) -> list[tuple[str, str]]:
+    """(file, paragraph) of the prose in README.md and docs/ that names ``word``; table rows are figures, not advice."""
+    found = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        for paragraph in re.split(r"\n\s*\n", page.read_text()):
+            prose = " ".join(line for line in paragraph.splitlines() if not line.lstrip().startswith("|"))
+            if word in prose:
+                found.append((str(page.relative_to(ROOT)), prose))
+    return found
+
+
+def test_wherever_nosharecache_is_suggested_nfs5s_data_risk_comes_with_it():
+    suggested = paragraphs_naming("nosharecache")
+    assert suggested, "the docs no longer mention nosharecache: drop this test with the suggestion"
+    for page, prose in suggested:
+        assert "data risk" in prose and "out of sync" in prose, f"{page}: nosharecache without nfs(5)'s warning: {prose}"
+
+
+def test_the_runbook_and_the_sqlite_finding_give_the_same_local_volume_yaml():
+    entry = RUNBOOK.split("### SQLiteOnNFS", 1)[1].split("\n### ", 1)[0]
+    empty_dir, ephemeral = re.findall(r"```yaml\n(.*?)```", entry, re.DOTALL)
+    assert yaml.safe_load(empty_dir) == yaml.safe_load(LOCAL_VOLUME_YAML)
+    # The finding carries the generic ephemeral volume commented out, so that its YAML applies as it is.
+    assert "\n".join("#" + line for line in ephemeral.splitlines()) in LOCAL_VOLUME_YAML
+    assert LOCAL_VOLUME_YAML in REMEDY and WAL_REMEDY.startswith(REMEDY)

@@ -5,6 +5,8 @@ things live on every `make test`. These checks need no VM: they catch a preset o
 changed without measuring again.
 """
 
+from pathlib import Path
+
 import pytest
 
 from mountwarden.core.kernelfacts import facts, preset_measurement
@@ -106,3 +108,17 @@ def test_what_a_shared_superblock_explains_is_what_was_measured():
              if case["first"].startswith("vers=3") and not case["shared"]}
     assert on_v3 == {"lock", "local_lock"}  # NFSv3 compares them; NFSv4 ignores them (shared above)
     assert {name for name in SEPARATE_SUPERBLOCK if name not in ("acdirmin", "acdirmax")} <= separate | on_v3
+
+
+def test_the_readme_presets_table_shows_the_options_and_staleness_the_lab_measured():
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    rows = {cells[0].strip("`"): cells for line in readme.splitlines() if line.startswith("| `")
+            for cells in [[cell.strip() for cell in line.strip("|").split("|")]]}
+    assert [name for name in rows if name in PRESETS] == [str(name) for name in PRESETS]
+    for preset in PRESETS.values():
+        _, options, stat_by_path, new_files, *_ = rows[str(preset.name)]
+        assert options == f"`{','.join(preset.options)}`", preset.name
+        efs_options = ",".join(resolve_policy(provisioner=EFS_PROVISIONER, cache_policy=preset.name).mount_options)
+        measured = preset_measurement(str(preset.name), efs_options)
+        assert stat_by_path.startswith("never stale (0 s)") is (measured.stat_staleness_seconds == 0.0), preset.name
+        assert (new_files == "seen at once") is (measured.new_file_by_stat_seconds is not None), preset.name

@@ -47,6 +47,12 @@ def test_explain_says_what_the_kernel_makes_of_504_kib():
     assert explained["consequence"].startswith("The kernel keeps wsize=516096 (504 KiB): a whole number of pages")
 
 
+def test_explain_nosharecache_carries_nfs5s_data_risk_and_what_the_lab_measured():
+    (explained,) = json.loads(run("options", "explain", "nosharecache", "--json").stdout)["options"]
+    assert "differ only in timeo, retrans, resvport or nconnect" in explained["consequence"]
+    assert "nfs(5) calls that a data risk" in explained["consequence"]
+
+
 def test_presets_list_the_promises_and_the_deprecated_name():
     document = json.loads(run("options", "presets", "--json").stdout)
     names = [preset["name"] for preset in document["presets"]]
