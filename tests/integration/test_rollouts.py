@@ -523,15 +523,26 @@ def test_an_operator_killed_mid_rollout_restarts_every_workload_exactly_once(sce
         case.deployment(name, name, replicas=2)
     case.wait_ready(*(("Deployment", name, 2) for name in names))
 
-    # SIGKILL at random points of the rollout (seeded: a failure can be replayed), twice per run; the
-    # second one often lands while the operator is still starting up.
+    # SIGKILL at random points of the rollout (seeded: a failure can be replayed), twice per run. Rollouts
+    # move on events, faster than any fixed delay could aim at: the first kill waits for the seeded number of
+    # workloads (0 or 1) to be Done while another is under way; the second lands a random time after the
+    # restart, often while the operator is still starting up.
     chance = random.Random(seed)
+    done_at_first_kill = chance.randrange(2)
     case.apply("cached", rollout=AUTOMATIC)
+
+    def states() -> dict[str, str]:
+        return {w["name"]: w["state"] for w in case.rollout().get("workloads", [])}
+
+    wait_for(lambda: (now := states()) and any(state != "Pending" for state in now.values())
+             and sum(state == "Done" for state in now.values()) >= done_at_first_kill,
+             timeout=ROLLOUT_TIMEOUT, interval=0.05, what=f"{done_at_first_kill} workload(s) Done, one under way")
     seen_at_kills = []
-    for _ in range(2):
-        time.sleep(chance.uniform(0.2, 3.0))
+    for kill in range(2):
+        if kill:
+            time.sleep(chance.uniform(0.2, 3.0))
         rollout_operator.stop(signal.SIGKILL)
-        seen_at_kills.append({w["name"]: w["state"] for w in case.rollout().get("workloads", [])})
+        seen_at_kills.append(states())
         rollout_operator.start()
     rollout = case.wait_phase("Complete", f"{case.profile}-v2")
     assert set(seen_at_kills[0].values()) != {"Done"}, f"the first kill came after the rollout: {seen_at_kills}"
