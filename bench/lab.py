@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,6 +38,7 @@ def main() -> None:
     parser.add_argument("--boots", type=int, default=3)
     parser.add_argument("--skip-cold", action="store_true", help="do not measure a cold build (about 4 minutes)")
     args = parser.parse_args()
+    started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     summary: dict = {"accelerator": choose_accelerator()}
     if not args.skip_cold:
         with tempfile.TemporaryDirectory(prefix="lab-cold-") as cache:
@@ -69,7 +71,7 @@ def main() -> None:
         raise SystemExit(f"lab try failed ({done.returncode}): {done.stderr[-2000:]}")
     summary["lab_try_4_mounts_s"] = round(seconds, 1)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "lab.json").write_text(json.dumps({"summary": summary}, indent=2) + "\n")
+    (RESULTS / "lab.json").write_text(json.dumps({"date": started, "summary": summary}, indent=2) + "\n")
     print(json.dumps(summary, indent=2))
 
 

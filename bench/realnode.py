@@ -15,6 +15,7 @@ import json
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,6 +31,7 @@ from mountwarden.lab.node import NODE_NAME  # noqa: E402
 
 
 def main() -> None:
+    started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     summary: dict = {}
     with tempfile.TemporaryDirectory(prefix="bench-realnode-") as scratch:
         cluster = DevCluster(Path(scratch) / "cluster", stop_with_parent=True)
@@ -50,7 +52,7 @@ def main() -> None:
         finally:
             cluster.down()
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "realnode.json").write_text(json.dumps({"summary": summary}, indent=2) + "\n")
+    (RESULTS / "realnode.json").write_text(json.dumps({"date": started, "summary": summary}, indent=2) + "\n")
     print(json.dumps(summary, indent=2))
 
 
