@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import pytest
 from tests.procroot import Mount, Process, assemble_proc_root, pod_uid
 
 from mountwarden.adapters.procreader import ProcRoot
@@ -94,3 +95,16 @@ def test_the_report_carries_the_activity_but_a_rewrite_does_not_depend_on_it(tmp
                              network_fstypes=("nfs", "nfs4"), tracker=tracker, now=result.spec.scan_time)
     assert content(again.spec) == content(result.spec)
     assert volume_key(next(v for v in result.scan.volumes if v.volume_name == "pv-a")) in result.recent
+
+
+def test_a_scan_that_must_report_at_once_samples_the_processes_once_and_sleeps_not_at_all(tmp_path):
+    slept = []
+    processes = [process(4001, A, "D"), process(4003, B, "S")]
+    proc, root, tracker, _ = tracker_on(tmp_path, processes, process_rounds=5)
+    tracker.sleep = slept.append
+    scan = scan_proc_root(proc, kubelet_root=root.kubelet_root, network_fstypes=("nfs", "nfs4"))
+    quick = by_volume(tracker.observe(scan, rounds=1))
+    assert quick["pv-a"].processes.samples == 1 and slept == [] and tracker.paused == 0
+    full = by_volume(tracker.observe(scan))
+    assert full["pv-a"].processes.samples == 1 + 5  # merged over the window
+    assert len(slept) == 4 and tracker.paused == pytest.approx(4 * 0.2)

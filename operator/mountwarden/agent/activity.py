@@ -67,9 +67,13 @@ class ActivityTracker:
         self._mounts: dict[VolumeKey, deque[MountSample]] = defaultdict(deque)
         self._processes: dict[VolumeKey, deque[tuple[float, ProcessSamples]]] = defaultdict(deque)
         self._pod_of: dict[tuple[int, str], str | None] = {}
+        #: Seconds the last observe slept between rounds of process samples (waiting, not scanning).
+        self.paused = 0.0
 
-    def observe(self, scan: NodeScan) -> dict[VolumeKey, VolumeActivity]:
+    def observe(self, scan: NodeScan, *, rounds: int | None = None) -> dict[VolumeKey, VolumeActivity]:
+        """``rounds`` of process samples instead of the usual (1 for a scan that must report at once)."""
         now = self.clock()
+        self.paused = 0.0
         stats = {(mount.mount_point, mount.superblock): mount.stats for mount in scan.network_mounts}
         keys = {volume_key(volume): volume for volume in scan.volumes}
         rates: dict[VolumeKey, Activity | None] = {}
@@ -82,7 +86,8 @@ class ActivityTracker:
             rates[key] = activity(history[0] if history else None, sample) if sample is not None else None
             if sample is not None:
                 history.append(sample)
-        processes = self._sample_processes(keys.values(), now) if self.rounds else {}
+        rounds = self.rounds if rounds is None else min(rounds, self.rounds)
+        processes = self._sample_processes(keys.values(), now, rounds) if rounds else {}
         for gone in set(self._mounts) - set(keys):
             del self._mounts[gone]
         for gone in set(self._processes) - set(keys):
@@ -91,7 +96,8 @@ class ActivityTracker:
 
     # -- processes ----------------------------------------------------------------------------------
 
-    def _sample_processes(self, volumes: Iterable[NodeVolume], now: float) -> dict[VolumeKey, ProcessSamples]:
+    def _sample_processes(self, volumes: Iterable[NodeVolume], now: float,
+                          rounds: int) -> dict[VolumeKey, ProcessSamples]:
         by_pod: dict[str, list[NodeVolume]] = defaultdict(list)
         for volume in volumes:
             if volume.pod_uid:
@@ -99,9 +105,10 @@ class ActivityTracker:
         users = self._users(by_pod)  # pid -> the volume keys it uses
         counts: dict[VolumeKey, list[int]] = defaultdict(lambda: [0, 0])
         pids_of: dict[VolumeKey, set[int]] = defaultdict(set)
-        for round_number in range(self.rounds):
+        for round_number in range(rounds):
             if round_number:
                 self.sleep(self.round_pause)
+                self.paused += self.round_pause
             for pid, keys in users.items():
                 state, _ = _stat_fields(self.proc.stat(pid))
                 if state is None:

@@ -118,8 +118,12 @@ class Agent:
         if self._wakeup is not None:
             self._wakeup.nudge()
 
-    def step(self) -> bool:
-        """Scan once and hand the report to the sink; False when either failed (logged and counted)."""
+    def step(self, *, woken: bool = False) -> bool:
+        """Scan once and hand the report to the sink; False when either failed (logged and counted).
+
+        ``woken``: the mount table changed. That scan samples process states once, not over its usual
+        rounds 0.2 s apart, so that the report showing the change is written at once.
+        """
         try:
             result = scan_node_report(
                 self.proc,
@@ -130,6 +134,7 @@ class Agent:
                 probe=self.probe,
                 tracker=self.tracker,
                 describe_pod=self.describe_pod if self.pods is not None else None,
+                process_rounds=1 if woken else None,
             )
         except Exception:  # any failure of one scan: the next one may succeed
             log.exception("scan of %s failed", self.settings.proc_root)
@@ -161,12 +166,15 @@ class Agent:
             log.warning("cannot follow %s: scanning every %.0f s only", self.proc.path / "1" / "mountinfo",
                         self.settings.interval_seconds)
         try:
+            woken = False
             while not stop.is_set():
                 started = time.monotonic()
-                self.step()
-                took = time.monotonic() - started
-                remaining = self.settings.interval_seconds - took
-                if self._wakeup.wait(max(0.0, remaining)) and not stop.is_set():
+                self.step(woken=woken)
+                remaining = self.settings.interval_seconds - (time.monotonic() - started)
+                # The pauses between rounds of process samples are waiting, not scanning.
+                took = time.monotonic() - started - self.tracker.paused
+                woken = self._wakeup.wait(max(0.0, remaining)) and not stop.is_set()
+                if woken:
                     self.metrics.woken.inc()
                     stop.wait(min(took, max(0.0, remaining)))
         finally:

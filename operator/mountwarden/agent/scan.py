@@ -204,13 +204,15 @@ def scan_node_report(
     probe: ServerProbe | None = None,
     tracker: ActivityTracker | None = None,
     describe_pod: PodDescriber | None = None,
+    process_rounds: int | None = None,
     now: datetime | None = None,
 ) -> ScanResult:
     """One scan of the node, as the NodeMountReport spec the agent writes.
 
     ``sqlite_scan`` is where the SQLite findings come from; without one the
     report's ``sqlite`` list stays empty. ``describe_pod`` names each volume's pod
-    (mountwarden.agent.pods); without one the report gives pod UIDs only.
+    (mountwarden.agent.pods); without one the report gives pod UIDs only. ``process_rounds``
+    overrides the tracker's rounds of process samples (1: report a mount change at once).
     """
     started = time.perf_counter()
     scan = scan_proc_root(proc, kubelet_root=kubelet_root, network_fstypes=network_fstypes)
@@ -219,7 +221,7 @@ def scan_node_report(
         if not answered:
             log.warning("the server of superblock %s did not answer a statvfs() probe in %.0f s", superblock,
                         probe.timeout)
-    recent = tracker.observe(scan) if tracker is not None else {}
+    recent = tracker.observe(scan, rounds=process_rounds) if tracker is not None else {}
     sqlite = list(sqlite_scan(proc, scan.network_mounts)) if sqlite_scan is not None else []
     for volume in scan.volumes:
         for note in volume.notes:
