@@ -16,10 +16,11 @@ def shared_samples_dir() -> Path:
 
 
 def shared_sample_path(name: str) -> Path:
-    """A sample of the shared set; the test is skipped only when the shared set is absent."""
+    """A sample of the shared set; a test that needs one fails, never skips, when the set is absent."""
     directory = shared_samples_dir()
     if not directory.is_dir():
-        pytest.skip(f"the shared procfs samples are not at {directory}")
+        pytest.fail(f"the shared procfs samples are not at {directory}: check out the shared fixtures beside the "
+                    "repository (../shared/fixtures/procfs), or point MOUNTWARDEN_SHARED_FIXTURES at their parent")
     return directory / name
 
 

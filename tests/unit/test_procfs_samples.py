@@ -22,7 +22,8 @@ LOCAL_COPIES = sorted(path.name for path in LOCAL_SAMPLES.glob("*.txt"))
 def require_shared_samples() -> Path:
     directory = shared_samples_dir()
     if not directory.is_dir():
-        pytest.skip(f"the shared procfs samples are not at {directory}")
+        pytest.fail(f"the shared procfs samples are not at {directory}: check out the shared fixtures beside the "
+                    "repository (../shared/fixtures/procfs), or point MOUNTWARDEN_SHARED_FIXTURES at their parent")
     return directory
 
 
