@@ -102,6 +102,7 @@ def can_i(cluster, account: str, *request: str) -> bool:
 
 
 OPERATOR_MAY = [
+    ("get", "storageprofiles.mountwarden.io/any"),
     ("watch", "storageprofiles.mountwarden.io"),
     ("patch", "storageprofiles.mountwarden.io"),
     ("patch", "storageprofiles.mountwarden.io", "--subresource=status"),
@@ -147,13 +148,17 @@ OPERATOR_MAY_NOT = [
 ]
 AGENT_MAY = [
     ("get", "nodes/node-a"),
+    # agent.namePods (the default): RBAC cannot scope the watch of its node's pods to that node.
+    ("list", "pods", "--all-namespaces"),
+    ("watch", "pods", "--all-namespaces"),
+    ("get", "persistentvolumeclaims", "-n", NS),
     ("get", "nodemountreports.mountwarden.io/node-a"),
     ("create", "nodemountreports.mountwarden.io"),
     ("update", "nodemountreports.mountwarden.io/node-a"),
 ]
 AGENT_MAY_NOT = [
-    ("list", "pods", "--all-namespaces"),
     ("get", "pods", "-n", NS),
+    ("list", "persistentvolumeclaims", "--all-namespaces"),
     ("list", "nodes"),
     ("list", "nodemountreports.mountwarden.io"),
     ("patch", "nodemountreports.mountwarden.io/node-a"),

@@ -275,6 +275,20 @@ def test_the_agent_gets_only_the_capabilities_its_enabled_features_need(render, 
     assert [arg for arg in agent["args"] if arg in ("--no-sqlite-scan", "--probe-timeout=0")] == flags
 
 
+def agent_rules(objects) -> list[dict]:
+    return next(o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"].endswith("-agent"))["rules"]
+
+
+def test_without_name_pods_the_agent_may_read_no_pod(render, default):
+    granted = {resource for rule in agent_rules(default) for resource in rule["resources"]}
+    assert {"pods", "persistentvolumeclaims"} <= granted and "--no-name-pods" not in container(
+        find(default, "DaemonSet"))["args"]
+    without = render("--set", "agent.namePods=false")
+    assert {resource for rule in agent_rules(without) for resource in rule["resources"]} == {
+        "nodes", "nodemountreports"}
+    assert "--no-name-pods" in container(find(without, "DaemonSet"))["args"]
+
+
 def notes(helm, helm_env, tmp_path, *args: str) -> str:
     """NOTES.txt as `helm install` prints it (helm template leaves it out: rendered here through tpl)."""
     chart = tmp_path / "chart"

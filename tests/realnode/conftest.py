@@ -20,8 +20,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.cluster)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def real_node(cluster) -> Iterator[RealNode]:
+    """The real node for this module's tests; gone afterwards, Node object included, so that later tests on
+    the session's cluster (a DaemonSet, a scheduler) never meet a node that is not theirs."""
     if cluster.dev_cluster is None:
         pytest.fail("the real node joins the local control plane: unset MOUNTWARDEN_TEST_CLUSTER", pytrace=False)
     try:
@@ -31,4 +33,4 @@ def real_node(cluster) -> Iterator[RealNode]:
     try:
         yield node
     finally:
-        node.stop()
+        cluster.dev_cluster.remove_real_node(node)

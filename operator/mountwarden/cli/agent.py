@@ -76,6 +76,11 @@ def agent_command(
         "--activity-window", min=1, metavar="SECONDS",
         help="Throughput, transport health and process states are reported over this many seconds of scans.")
     ] = 300.0,
+    name_pods: Annotated[bool, typer.Option(
+        "--name-pods/--no-name-pods",
+        help="Name each volume's pod, namespace, controller and claim in the report, from a watch of this node's "
+             "pods (list and watch on pods, get on persistentvolumeclaims). Without it reports give pod UIDs "
+             "only, and the operator names the pods.")] = True,
     sqlite_scan: Annotated[bool, typer.Option(
         "--sqlite-scan/--no-sqlite-scan",
         help="Find SQLite databases in use on network volumes: reads every lock holder's open files and memory "
@@ -120,9 +125,9 @@ def agent_command(
 
     In a pod: mount the host's /proc read-only at /host/proc and pass
     --proc-root /host/proc; no hostPID is needed. The service account needs
-    get on nodes, list and watch on pods (it watches its own node's pods only, to name
-    each volume's pod, controller and claim in the report), get on persistentvolumeclaims,
-    and get, create and update on nodemountreports.mountwarden.io.
+    get on nodes and get, create and update on nodemountreports.mountwarden.io; with
+    --name-pods (the default), also list and watch on pods (it watches its own node's pods
+    only, to name each volume's pod, controller and claim) and get on persistentvolumeclaims.
     Privileges, by feature (docs/security.md): the mount table, NFS statistics
     and /proc/locks need none; the statvfs() probe (--probe-timeout) reaches
     each mount through /proc/1/root, which needs CAP_SYS_PTRACE; the SQLite
@@ -173,7 +178,7 @@ def agent_command(
         sink = ReportWriter(client, node_name, heartbeat_seconds=heartbeat,
                             host_boot_id=host_boot_id(ProcRoot(proc_root)))
     agent = Agent(settings, sink, sqlite_scan=report_findings if sqlite_scan else None)
-    if client is not None:
+    if client is not None and name_pods:
         agent.pods = NodePods(client, node_name, on_change=agent.pod_changed)
     try:
         succeeded = run_agent(agent, once=once)

@@ -610,6 +610,25 @@ class DevCluster:
         self._write_state(state)
         return node
 
+    def remove_real_node(self, node: RealNode) -> None:
+        """Stop the real node's VM and delete its Node and NodeMountReport, so that nothing is scheduled
+        onto (and no DaemonSet waits for) a node that is gone."""
+        from mountwarden.api.base import GROUP, VERSION
+        from mountwarden.lab.node import NODE_NAME
+
+        node.stop()
+        state = self._read_state()
+        pki_dir = self.state_dir / "pki"
+        api = _Api(state["api_server"], pki_.CertKey(pki_dir / "ca.crt", pki_dir / "ca.key"),
+                   pki_.CertKey(pki_dir / "admin.crt", pki_dir / "admin.key"))
+        for path in (f"/api/v1/nodes/{NODE_NAME}", f"/apis/{GROUP}/{VERSION}/nodemountreports/{NODE_NAME}"):
+            status, body = api.request("DELETE", path, timeout=30)
+            if status not in (200, 202, 404):
+                raise DevClusterError(f"could not delete {path} of the stopped real node: {status} {body}",
+                                      component=NODE_NAME)
+        state.pop("real_node", None)
+        self._write_state(state)
+
     def _real_node_launcher(self, name: str) -> Callable:
         """Starts the node's QEMU as a recorded component, so that `down` (and a dying test run) stops it."""
 
