@@ -22,6 +22,7 @@ import asyncio
 import contextvars
 import gc
 import json
+import random
 import threading
 import time
 from collections.abc import Mapping
@@ -189,6 +190,33 @@ def _thread_cpu(threads: list, start: float, end: float) -> tuple[dict[str, floa
             waited_last - waited_first)
 
 
+def _added_ratio(seconds: Mapping[str, list[float]], q: float) -> float | None:
+    """mountwarden's added latency over none's at quantile ``q``, divided by the null webhook's (as admission.figures)."""
+    from bench.admission import percentile
+
+    at = {side: percentile(values, q) for side, values in seconds.items()}
+    null_added = at["null"] - at["none"]
+    return (at["mountwarden"] - at["none"]) / null_added if null_added > 0.00005 else None
+
+
+def _ratio_noise(seconds: Mapping[str, list[float]], resamples: int = 2000) -> list[str]:
+    """The added-latency ratio at several quantiles, and how far the p99 one moves when the creates are resampled."""
+    if not all(seconds.get(side) for side in ("none", "null", "mountwarden")):
+        return []
+    lines = ["webhook_added_vs_null at p50/p90/p95/p99: " + ", ".join(
+        f"{name} {ratio:.2f}" if (ratio := _added_ratio(seconds, q)) is not None else f"{name} n/a"
+        for name, q in (("p50", 0.5), ("p90", 0.9), ("p95", 0.95), ("p99", 0.99)))]
+    rng = random.Random(14)
+    ratios = sorted(r for _ in range(resamples) if (r := _added_ratio(
+        {side: rng.choices(values, k=len(values)) for side, values in seconds.items()}, 0.99)) is not None)
+    if ratios:
+        lines.append(f"the p99 ratio over {resamples} bootstrap resamples of the same creates: 5th-95th percentile "
+                     f"{ratios[int(len(ratios) * 0.05)]:.2f} .. {ratios[int(len(ratios) * 0.95)]:.2f}, "
+                     f"median {ratios[len(ratios) // 2]:.2f}; {sum(1 for r in ratios if r <= 1.5) / len(ratios):.0%} "
+                     "of them <= 1.5")
+    return lines
+
+
 def report(client: list[dict], trace: Mapping, *, slowest: int = 8) -> str:
     """Text: each side's slowest creates, and for mountwarden's the phases and what the process did meanwhile.
 
@@ -203,6 +231,8 @@ def report(client: list[dict], trace: Mapping, *, slowest: int = 8) -> str:
         durations = [(c["end"] - c["start"]) * ms for c in creates]
         lines.append(f"{side}: {len(creates)} creates, median {durations[len(durations) // 2]:.1f} ms, "
                      f"slowest {', '.join(f'{d:.0f}' for d in durations[-slowest:][::-1])} ms")
+    lines.append("")
+    lines.extend(_ratio_noise({side: [c["end"] - c["start"] for c in client if c["side"] == side] for side in sides}))
     lines.append("")
     phases = ("apiserver before the call, and the loop reading it", "aiohttp -> kopf handler", "PVC review",
               "kopf handler -> response written", "apiserver after the answer")
