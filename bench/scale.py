@@ -40,7 +40,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench import admission  # noqa: E402
+from bench import admission, webhooktrace  # noqa: E402
 from bench.rollout import GROUP, MEMPROFILE_ENV, TRACE_ENV, VERSION, Operator, install_crds, wait  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
@@ -184,11 +184,13 @@ def run(args, kubeconfig: str, workdir: Path) -> dict:
         creates: list[dict] = []
         with admission.null_webhook(api, NULL_NAMESPACE, workdir):
             operator.start_profiles()
+            histograms = webhooktrace.webhook_histograms(api) if args.webhook_profile else {}
             timings = admission.interleaved(
                 core, namespaces, args.creates, lambda i: admission.pvc("claim", f"{profiles[1]}-v1"), trace=creates)
             if args.webhook_profile:
+                histograms = (histograms, webhooktrace.webhook_histograms(api))
                 operator.counts()
-                write_webhook_profile(args.webhook_profile, creates, trace_path)
+                write_webhook_profile(args.webhook_profile, creates, trace_path, histograms)
         admission.delete_claims(core, admission.NONE_NAMESPACE, "claim-")
     finally:
         peak = rss.stop()
@@ -213,18 +215,16 @@ def run(args, kubeconfig: str, workdir: Path) -> dict:
     }
 
 
-def write_webhook_profile(path: Path, creates: list[dict], trace_path: Path) -> None:
+def write_webhook_profile(path: Path, creates: list[dict], trace_path: Path, histograms: tuple) -> None:
     """The operator's per-request trace of the creates, as text in ``path``; the raw trace and creates beside it."""
-    from bench import webhooktrace
-
     deadline = time.monotonic() + 30
     while not trace_path.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(0.5)  # written in one call, but let it finish
     trace = json.loads(trace_path.read_text())
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.with_suffix(".json").write_text(json.dumps({"creates": creates, "trace": trace}))
-    path.write_text(webhooktrace.report(creates, trace))
+    path.with_suffix(".json").write_text(json.dumps({"creates": creates, "trace": trace, "histograms": histograms}))
+    path.write_text(webhooktrace.report(creates, trace, histograms=histograms))
 
 
 def main() -> None:

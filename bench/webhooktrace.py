@@ -171,6 +171,40 @@ class WebhookTrace:
         }))
 
 
+# -- the API server's own view ---------------------------------------------------------------------------
+
+WEBHOOK_HISTOGRAM = "apiserver_admission_webhook_admission_duration_seconds_bucket"
+
+
+def webhook_histograms(client) -> dict[str, dict[str, int]]:
+    """The API server's histogram of each validating webhook's call duration: webhook -> {le: cumulative count}."""
+    method, url, headers, _, _ = client.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
+    text = client.call_api(method, url, headers).read().decode()
+    histograms: dict[str, dict[str, int]] = {}
+    for line in text.splitlines():
+        if line.startswith(WEBHOOK_HISTOGRAM + "{") and 'type="validating"' in line:
+            labels, _, value = line[len(WEBHOOK_HISTOGRAM) + 1:].rpartition("} ")
+            fields = dict(part.split("=", 1) for part in labels.split(","))
+            name, le = fields["name"].strip('"'), fields["le"].strip('"')
+            bucket = histograms.setdefault(name, {})
+            bucket[le] = bucket.get(le, 0) + int(float(value))
+    return histograms
+
+
+def histogram_lines(before: Mapping, after: Mapping) -> list[str]:
+    """Each webhook's calls during the creates by the API server's duration buckets (its own clock)."""
+    lines = ["the API server's own timing of each webhook call during the creates (calls per bucket, seconds):"]
+    for name in sorted(after):
+        counts = {le: after[name][le] - before.get(name, {}).get(le, 0) for le in after[name]}
+        bounds = sorted(counts, key=lambda le: float(le))
+        previous, cells = 0, []
+        for le in bounds:
+            cells.append(f"<={le}: {counts[le] - previous}")
+            previous = counts[le]
+        lines.append(f"  {name}: " + ", ".join(cells))
+    return lines
+
+
 # -- the report -----------------------------------------------------------------------------------------
 
 
@@ -217,7 +251,7 @@ def _ratio_noise(seconds: Mapping[str, list[float]], resamples: int = 2000) -> l
     return lines
 
 
-def report(client: list[dict], trace: Mapping, *, slowest: int = 8) -> str:
+def report(client: list[dict], trace: Mapping, *, slowest: int = 8, histograms: tuple | None = None) -> str:
     """Text: each side's slowest creates, and for mountwarden's the phases and what the process did meanwhile.
 
     ``client``: {"side", "namespace", "name", "start", "end"} per create (bench/admission.py).
@@ -234,6 +268,9 @@ def report(client: list[dict], trace: Mapping, *, slowest: int = 8) -> str:
     lines.append("")
     lines.extend(_ratio_noise({side: [c["end"] - c["start"] for c in client if c["side"] == side] for side in sides}))
     lines.append("")
+    if histograms:
+        lines.extend(histogram_lines(*histograms))
+        lines.append("")
     phases = ("apiserver before the call, and the loop reading it", "aiohttp -> kopf handler", "PVC review",
               "kopf handler -> response written", "apiserver after the answer")
     traced = [(c, by_name.get((c["namespace"], c["name"]))) for c in client if c["side"] == "mountwarden"]
