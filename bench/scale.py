@@ -216,14 +216,14 @@ def run(args, kubeconfig: str, workdir: Path) -> dict:
 
 
 def write_webhook_profile(path: Path, creates: list[dict], trace_path: Path, histograms: tuple) -> None:
-    """The operator's per-request trace of the creates, as text in ``path``; the raw trace and creates beside it."""
+    """The operator's per-request trace of the creates, as text in ``path``; the raw trace beside it (.raw.json, not kept in git)."""
     deadline = time.monotonic() + 30
     while not trace_path.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(0.5)  # written in one call, but let it finish
     trace = json.loads(trace_path.read_text())
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.with_suffix(".json").write_text(json.dumps({"creates": creates, "trace": trace, "histograms": histograms}))
+    path.with_suffix(".raw.json").write_text(json.dumps({"creates": creates, "trace": trace, "histograms": histograms}))
     path.write_text(webhooktrace.report(creates, trace, histograms=histograms))
 
 

@@ -51,6 +51,8 @@ class WebhookTrace:
         #: (time, {thread name: cpu seconds}, event loop thread's runqueue wait seconds, None before its first request)
         self.threads: list[tuple[float, dict[str, float], float | None]] = []
         self.loop: asyncio.AbstractEventLoop | None = None
+        #: What a full collection walks and what is frozen out of it; a full collection's duration at the end.
+        self.heap: dict = {}
         self.loop_tid: int | None = None
         self._gc_started = 0.0
         self._stop = threading.Event()
@@ -133,6 +135,7 @@ class WebhookTrace:
     # -- the sampler ------------------------------------------------------------------------------
 
     def start(self) -> None:
+        self.heap = {"walked_at_start": len(gc.get_objects()), "frozen_at_start": gc.get_freeze_count()}
         self.recording = True
         threading.Thread(target=self._sample, name="webhook-trace", daemon=True).start()
 
@@ -165,9 +168,14 @@ class WebhookTrace:
     def write(self, path: Path) -> None:
         self._stop.set()
         self.recording = False
+        # What one full collection costs the operator now (the creates are over: it stalls nobody measured).
+        started = time.perf_counter()
+        gc.collect()
+        self.heap["full_collection_ms"] = round((time.perf_counter() - started) * 1000, 1)
+        self.heap["walked_at_end"], self.heap["frozen_at_end"] = len(gc.get_objects()), gc.get_freeze_count()
         path.write_text(json.dumps({
             "requests": self.requests, "collections": self.collections, "loop_lags": self.loop_lags,
-            "wake_lags": self.wake_lags, "threads": self.threads,
+            "wake_lags": self.wake_lags, "threads": self.threads, "heap": self.heap,
         }))
 
 
@@ -307,6 +315,23 @@ def report(client: list[dict], trace: Mapping, *, slowest: int = 8, histograms: 
                      + ", ".join(f"{name} {seconds * ms:.0f}" for name, seconds in
                                  sorted(cpu.items(), key=lambda item: -item[1])[:5]))
     lines.append("")
+    lines.append("whole-process stalls (the trace thread woke over 50 ms late), and the creates they overlapped:")
+    stalls = [(due, lag) for due, lag in trace["wake_lags"] if lag > 0.05]
+    for due, lag in stalls:
+        during = [g for g in trace["collections"] if g[0] <= due + lag and g[0] + g[1] >= due and g[1] > 0.001]
+        hit = [f"{c['side']} {c['name']} {(c['end'] - c['start']) * ms:.0f} ms" for c in client
+               if c["start"] <= due + lag and c["end"] >= due]
+        lines.append(f"- {lag * ms:.0f} ms at {due - client[0]['start']:.1f} s into the creates; "
+                     f"{', '.join(f'gen{g[2]} collection {g[1] * ms:.0f} ms' for g in during) or 'no collection'}; "
+                     f"creates in flight: {', '.join(hit) or 'none'}")
+    if not stalls:
+        lines.append("- none")
+    heap = trace.get("heap") or {}
+    if heap:
+        lines.append(f"objects a full collection walks: {heap['walked_at_start']:,} at the start of the creates, "
+                     f"{heap['walked_at_end']:,} at the end ({heap['frozen_at_start']:,} and {heap['frozen_at_end']:,} "
+                     f"frozen out of it); one full collection forced after the creates took "
+                     f"{heap['full_collection_ms']} ms")
     collections = trace["collections"]
     for generation in (0, 1, 2):
         pauses = sorted(g[1] * ms for g in collections if g[2] == generation)
