@@ -93,8 +93,12 @@ def pvc(name: str, storage_class: str, labels: dict | None = None) -> dict:
 
 
 def interleaved(core, namespaces: dict[str, str], creates: int, body: Callable[[int], dict],
-                warmup: int = 10) -> dict[str, list[float]]:
-    """``creates`` PVC creates per side, one side after the other, rotating who goes first; seconds each."""
+                warmup: int = 10, trace: list[dict] | None = None) -> dict[str, list[float]]:
+    """``creates`` PVC creates per side, one side after the other, rotating who goes first; seconds each.
+
+    With ``trace``, each timed create is appended to it: side, namespace, name, start and end (time.perf_counter,
+    CLOCK_MONOTONIC, as in the operator's trace: bench/webhooktrace.py).
+    """
     timings: dict[str, list[float]] = {side: [] for side in namespaces}
     sides = list(namespaces)
     for index in range(-warmup, creates):
@@ -105,7 +109,11 @@ def interleaved(core, namespaces: dict[str, str], creates: int, body: Callable[[
             started = time.perf_counter()
             core.create_namespaced_persistent_volume_claim(namespaces[side], claim)
             if index >= 0:
-                timings[side].append(time.perf_counter() - started)
+                ended = time.perf_counter()
+                timings[side].append(ended - started)
+                if trace is not None:
+                    trace.append({"side": side, "namespace": namespaces[side], "name": claim["metadata"]["name"],
+                                  "start": started, "end": ended})
     return timings
 
 

@@ -25,7 +25,14 @@ def census(top: int = 30) -> tuple[int, list[tuple[str, int, int]]]:
     """(objects, [(type, count, shallow bytes)]) of every object the garbage collector tracks, biggest first."""
     counts: Counter[str] = Counter()
     sizes: Counter[str] = Counter()
+    # The operator freezes what its first lists filed (mountwarden.handlers.indexes.follow_cluster), and
+    # gc.get_objects() does not list frozen objects: thaw them for the walk, freeze everything again after.
+    frozen = gc.get_freeze_count()
+    if frozen:
+        gc.unfreeze()
     objects = gc.get_objects()
+    if frozen:
+        gc.freeze()
     for obj in objects:
         kind = type(obj)
         name = f"{kind.__module__}.{kind.__qualname__}" if kind.__module__ != "builtins" else kind.__qualname__

@@ -53,6 +53,8 @@ COUNTING_FLAG = "--counting-operator"
 MEMPROFILE_ENV = "MOUNTWARDEN_BENCH_MEMPROFILE"
 #: A file for a CPU profile of the operator's main thread (pyinstrument), from SIGUSR2 to the next SIGUSR1.
 CPUPROFILE_ENV = "MOUNTWARDEN_BENCH_CPUPROFILE"
+#: A file for a per-request trace of the webhook (bench/webhooktrace.py), from SIGUSR2 to the next SIGUSR1.
+TRACE_ENV = "MOUNTWARDEN_BENCH_WEBHOOK_TRACE"
 
 
 # -- the operator, with its requests counted ---------------------------------------------------
@@ -113,8 +115,22 @@ def counting_operator(counts_path: str, argv: list[str]) -> None:
         cpu["profiler"] = Profiler(interval=0.0005, async_mode="disabled")
         cpu["profiler"].start()
 
-    if cpu_path:
-        signal.signal(signal.SIGUSR2, start_cpu_profile)
+    trace_path = os.environ.get(TRACE_ENV)
+    trace = None
+    if trace_path:
+        from bench.webhooktrace import WebhookTrace
+
+        trace = WebhookTrace()
+        trace.install()
+
+    def start_profiles(*_) -> None:
+        if cpu_path:
+            start_cpu_profile()
+        if trace is not None:
+            trace.start()
+
+    if cpu_path or trace_path:
+        signal.signal(signal.SIGUSR2, start_profiles)
 
     def dump(*_) -> None:
         with lock:
@@ -125,6 +141,8 @@ def counting_operator(counts_path: str, argv: list[str]) -> None:
             profiler = cpu.pop("profiler")
             profiler.stop()
             Path(cpu_path).write_text(profiler.output_text(unicode=False, color=False, show_all=True))
+        if trace is not None and trace.recording:
+            trace.write(Path(trace_path))
 
     signal.signal(signal.SIGUSR1, dump)
     from mountwarden.cli import main
@@ -137,7 +155,7 @@ class Operator:
     def __init__(self, kubeconfig: str, interval: float, workdir: Path,
                  extra_args: tuple[str, ...] = ("--webhook-mode", "off")) -> None:
         self.counts_path = workdir / "counts.json"
-        self.profiling_cpu = bool(os.environ.get(CPUPROFILE_ENV))
+        self.profiling = bool(os.environ.get(CPUPROFILE_ENV) or os.environ.get(TRACE_ENV))
         self.log = (workdir / "operator.log").open("w")
         env = {**os.environ, "MOUNTWARDEN_ROLLOUT_INTERVAL": str(interval),
                "PYTHONPATH": os.pathsep.join([str(ROOT / "operator"), str(ROOT)])}
@@ -147,9 +165,9 @@ class Operator:
             stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
         )
 
-    def start_cpu_profile(self) -> None:
-        """With $MOUNTWARDEN_BENCH_CPUPROFILE: profile from now until the next counts(); without it, nothing."""
-        if self.profiling_cpu:
+    def start_profiles(self) -> None:
+        """With $MOUNTWARDEN_BENCH_CPUPROFILE or _WEBHOOK_TRACE: profile from now until the next counts(); else nothing."""
+        if self.profiling:
             self.process.send_signal(signal.SIGUSR2)  # without the variable no handler is set: it would kill
 
     def counts(self) -> Counter[str]:

@@ -20,7 +20,8 @@ starts as users run it (a separate process, its HTTP requests counted at the tra
   mountwarden's, interleaved (bench/admission.py): under_load_* figures.
 
 With --memory-profile, the operator's memory over time and what it holds near its peak
-(bench/memprofile.py). Writes bench/results/scale.json. Figures, not assertions.
+(bench/memprofile.py). With --webhook-profile, a per-request trace of the operator during the
+creates (bench/webhooktrace.py): where the slowest creates' time went. Writes bench/results/scale.json. Figures, not assertions.
 """
 
 import argparse
@@ -39,8 +40,8 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench import admission  # noqa: E402
-from bench.rollout import GROUP, MEMPROFILE_ENV, VERSION, Operator, install_crds, wait  # noqa: E402
+from bench import admission, webhooktrace  # noqa: E402
+from bench.rollout import GROUP, MEMPROFILE_ENV, TRACE_ENV, VERSION, Operator, install_crds, wait  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 NAMESPACES = 10
@@ -140,6 +141,9 @@ def run(args, kubeconfig: str, workdir: Path) -> dict:
 
     if args.memory_profile:
         os.environ[MEMPROFILE_ENV] = str(args.memory_profile.resolve())
+    trace_path = workdir / "webhook-trace.json"
+    if args.webhook_profile:
+        os.environ[TRACE_ENV] = str(trace_path)
     operator = Operator(kubeconfig, 30.0, workdir,
                         extra_args=("--webhook-mode", "local", "--namespace", NULL_NAMESPACE))
     rss = PeakRss(operator.process.pid)
@@ -177,9 +181,16 @@ def run(args, kubeconfig: str, workdir: Path) -> dict:
         namespaces = {"none": admission.NONE_NAMESPACE, "null": NULL_NAMESPACE, "mountwarden": "scale-webhook"}
         for namespace in (NULL_NAMESPACE, "scale-webhook"):
             core.create_namespace({"metadata": {"name": namespace}})
+        creates: list[dict] = []
         with admission.null_webhook(api, NULL_NAMESPACE, workdir):
+            operator.start_profiles()
+            histograms = webhooktrace.webhook_histograms(api) if args.webhook_profile else {}
             timings = admission.interleaved(
-                core, namespaces, args.creates, lambda i: admission.pvc("claim", f"{profiles[1]}-v1"))
+                core, namespaces, args.creates, lambda i: admission.pvc("claim", f"{profiles[1]}-v1"), trace=creates)
+            if args.webhook_profile:
+                histograms = (histograms, webhooktrace.webhook_histograms(api))
+                operator.counts()
+                write_webhook_profile(args.webhook_profile, creates, trace_path, histograms)
         admission.delete_claims(core, admission.NONE_NAMESPACE, "claim-")
     finally:
         peak = rss.stop()
@@ -204,6 +215,18 @@ def run(args, kubeconfig: str, workdir: Path) -> dict:
     }
 
 
+def write_webhook_profile(path: Path, creates: list[dict], trace_path: Path, histograms: tuple) -> None:
+    """The operator's per-request trace of the creates, as text in ``path``; the raw trace beside it (.raw.json, not kept in git)."""
+    deadline = time.monotonic() + 30
+    while not trace_path.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)  # written in one call, but let it finish
+    trace = json.loads(trace_path.read_text())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.with_suffix(".raw.json").write_text(json.dumps({"creates": creates, "trace": trace, "histograms": histograms}))
+    path.write_text(webhooktrace.report(creates, trace, histograms=histograms))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=100)
@@ -214,6 +237,8 @@ def main() -> None:
     parser.add_argument("--creates", type=int, default=200, help="PVC creates timed through the webhook")
     parser.add_argument("--memory-profile", type=Path, help="Write the operator's memory profile (tracemalloc, "
                         "near its peak) here; slows the operator, so this run's timings are not figures.")
+    parser.add_argument("--webhook-profile", type=Path, help="Trace the operator's webhook requests during the "
+                        "creates (bench/webhooktrace.py) and write where the slowest creates' time went here.")
     args = parser.parse_args()
     from mountwarden.devcluster import local_cluster
 

@@ -245,7 +245,7 @@ def end_to_end(kubeconfig: str, creates: int, classes: int, workdir: Path, cpu_p
             return admission.pvc("pvc", storage_class, {"app": f"app-{i % len(profiles)}"})
 
         with admission.null_webhook(client, namespaces["null"], workdir):
-            operator.start_cpu_profile()
+            operator.start_profiles()
             timings = admission.interleaved(core, namespaces, creates, claim)
             operator.counts()
         version = kubernetes.client.VersionApi(client).get_code().git_version
