@@ -11,8 +11,10 @@ from mountwarden.core.options import kernel_io_size
 
 
 def lab_try(*args: str, tmp_path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mountwarden", "lab", "try", *args, "--json"],
-                          capture_output=True, text=True, timeout=1200, env=dict(os.environ), cwd=tmp_path)
+    result = subprocess.run([sys.executable, "-m", "mountwarden", "lab", "try", *args, "--json"],
+                            capture_output=True, text=True, timeout=1200, env=dict(os.environ), cwd=tmp_path)
+    assert result.stdout.strip(), f"lab try printed no JSON (exit {result.returncode}): {result.stderr[-3000:]}"
+    return result
 
 
 @pytest.fixture(scope="module")

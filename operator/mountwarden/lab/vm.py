@@ -107,7 +107,8 @@ class LabVM:
     extra_args: Sequence[str] = ()
     #: Starts QEMU (argv, log path) and returns its Popen; the dev cluster passes one that records it.
     launcher: Callable[[Sequence[str], Path], subprocess.Popen] | None = None
-    boot_timeout: float = 300.0
+    #: Under TCG a boot takes 25-60 s on 2 idle cores and several times that when they are busy.
+    boot_timeout: float = 600.0
     workdir: Path | None = None
     accelerator: str = field(default_factory=choose_accelerator)
     boot_seconds: float | None = None
