@@ -18,13 +18,15 @@ pytestmark = pytest.mark.cluster
 SQLITE_SHARED_RANGE = "1073741826 1073742335"
 
 
-def volume_for(kube, namespace, pv, storage_class):
-    """A PV of the class, pre-bound to a PVC of the same name, as a provisioner would leave them."""
+def volume_for(kube, namespace, pv, storage_class, source: dict | None = None):
+    """A PV of the class, pre-bound to a PVC of the same name, as a provisioner would leave them.
+
+    ``source``: the PV's volume source ({"csi": ...}); an in-tree NFS export of its own by default."""
     kube.core.create_persistent_volume({
         "metadata": {"name": pv},
         "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": storage_class,
                  "persistentVolumeReclaimPolicy": "Retain", "claimRef": {"namespace": namespace, "name": pv},
-                 "nfs": {"server": "nas.example.com", "path": f"/{pv}"}},
+                 **(source or {"nfs": {"server": "nas.example.com", "path": f"/{pv}"}})},
     })
     kube.core.create_namespaced_persistent_volume_claim(namespace, {
         "metadata": {"name": pv},

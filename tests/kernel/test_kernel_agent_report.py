@@ -32,20 +32,6 @@ def class_mount_options(kube, name: str) -> str:
     return ",".join(kube.storage.read_storage_class(name).mount_options or [])
 
 
-def csi_pv(kube, namespace: str, pv: str, storage_class: str) -> None:
-    kube.core.create_persistent_volume({
-        "metadata": {"name": pv},
-        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": storage_class,
-                 "persistentVolumeReclaimPolicy": "Retain", "claimRef": {"namespace": namespace, "name": pv},
-                 "csi": {"driver": "efs.csi.aws.com", "volumeHandle": f"fs-0123456789abcdef0::{pv}"}},
-    })
-    kube.core.create_namespaced_persistent_volume_claim(namespace, {
-        "metadata": {"name": pv},
-        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": storage_class, "volumeName": pv,
-                 "resources": {"requests": {"storage": "1Gi"}}},
-    })
-
-
 def write_report(api_client, report: dict) -> None:
     custom = kubernetes.client.CustomObjectsApi(api_client)
     name = report["metadata"]["name"]
@@ -66,7 +52,8 @@ def test_a_report_from_the_live_kernel_reaches_status_and_events(cluster, kube, 
     wait_for(lambda: kube.classes_of(efs_profile) and kube.classes_of(nfs_profile), what="both classes")
     efs_class, nfs_class = f"{efs_profile}-v1", f"{nfs_profile}-v1"
     efs_pv, nfs_pv = f"pv-efs-{unique}", f"pv-nfs-{unique}"
-    csi_pv(kube, namespace, efs_pv, efs_class)
+    volume_for(kube, namespace, efs_pv, efs_class,
+               {"csi": {"driver": "efs.csi.aws.com", "volumeHandle": f"fs-0123456789abcdef0::{efs_pv}"}})
     volume_for(kube, namespace, nfs_pv, nfs_class)
     uids = {"importer": pod_with(kube, namespace, node, "importer", efs_pv),
             "uploads": pod_with(kube, namespace, node, "uploads", nfs_pv)}
