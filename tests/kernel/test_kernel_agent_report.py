@@ -44,7 +44,8 @@ def write_report(api_client, report: dict) -> None:
                                            {"spec": report["spec"]})
 
 
-def test_a_report_from_the_live_kernel_reaches_status_and_events(cluster, kube, operator, namespace, unique, lab):
+def test_a_report_from_the_live_kernel_reaches_status_and_events(cluster, kube, operator, namespace, unique, lab,
+                                                                  request):
     node = cluster.node_names[2]
     efs_profile, nfs_profile = f"efs-{unique}", f"nfs-{unique}"
     kube.apply_profile(profile_body(efs_profile, "cached"))
@@ -70,8 +71,10 @@ def test_a_report_from_the_live_kernel_reaches_status_and_events(cluster, kube, 
     # A process of the importer pod (the kubelet's systemd cgroup layout) holding a SQLite lock there.
     scope = (f"/sys/fs/cgroup/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod"
              f"{uids['importer'].replace('-', '_')}.slice/cri-containerd-{'c' * 64}.scope")
-    lab.vm.run(f"mkdir -p {scope} && sh -c 'echo $$ > {scope}/cgroup.procs && exec python3 -c \"$0\" {published}' "
+    databases = f"{published}/importer"
+    lab.vm.run(f"mkdir -p {scope} && sh -c 'echo $$ > {scope}/cgroup.procs && exec python3 -c \"$0\" {databases}' "
                f"'{HOLDER}' > /tmp/holder.log 2>&1 &")
+    request.addfinalizer(lambda: lab.vm.run(f"pkill -f ' {databases}$'", check=False))
     deadline = time.monotonic() + 180
     while "holding" not in lab.vm.run("cat /tmp/holder.log", check=False).stdout:
         assert time.monotonic() < deadline, lab.vm.run("cat /tmp/holder.log", check=False).stdout

@@ -11,8 +11,12 @@ import pytest
 
 from mountwarden.lab.vm import LabVM
 
+#: Holds both kinds of lock on databases it creates in the directory it is given (made if absent).
+#: Every caller passes a directory of its own: the session's lab VM exports one directory to all
+#: tests, and a holder left by an earlier test would otherwise keep these very files locked.
 HOLDER = """
-import sqlite3, sys, time
+import os, sqlite3, sys, time
+os.makedirs(sys.argv[1], exist_ok=True)
 rollback = sqlite3.connect(sys.argv[1] + "/rollback.db", isolation_level=None)
 rollback.execute("create table if not exists t(x)")
 rollback.execute("begin immediate")  # RESERVED, with a -journal
@@ -29,15 +33,22 @@ time.sleep(600)
 
 
 @pytest.fixture(scope="module")
-def holding(lab):
-    mount = lab.mount("vers=4.1,rsize=1048576,wsize=1048576,hard,timeo=600,retrans=2,noresvport")
+def mount(lab):
+    return lab.mount("vers=4.1,rsize=1048576,wsize=1048576,hard,timeo=600,retrans=2,noresvport")
+
+
+@pytest.fixture(scope="module")
+def holding(lab, mount):
+    """The directory on ``mount`` where a process holds the databases' locks."""
+    directory = f"{mount}/sqlite-scan"
     vm: LabVM = lab.vm
-    vm.run(f"python3 -c '{HOLDER}' {mount} > /tmp/sqlite-holder.log 2>&1 &")
+    vm.run(f"python3 -c '{HOLDER}' {directory} > /tmp/sqlite-holder.log 2>&1 &")
     deadline = time.monotonic() + 180
     while "holding" not in vm.run("cat /tmp/sqlite-holder.log", check=False).stdout:
         assert time.monotonic() < deadline, vm.run("cat /tmp/sqlite-holder.log", check=False).stdout
         time.sleep(1)
-    return mount
+    yield directory
+    vm.run(f"pkill -f ' {directory}$'", check=False)
 
 
 @pytest.fixture(scope="module")
@@ -54,12 +65,18 @@ def test_both_databases_are_found_with_their_severity(scan, holding):
     assert found[f"{holding}/rollback.db"]["lock"] == "RESERVED"
 
 
-def test_the_servers_own_lock_lines_are_not_reported(lab, scan, holding):
-    client_device = lab.mountinfo_entry(holding).major_minor
+def test_the_servers_own_lock_lines_are_not_reported(lab, scan, mount, holding):
+    client_device = lab.mountinfo_entry(mount).major_minor
     # /proc/locks: "1: POSIX ADVISORY WRITE <pid> <maj>:<min>:<inode> <start> <end>", maj and min in hex.
-    reserved = [line.split() for line in lab.vm.read_text("/proc/locks").splitlines() if " 1073741825 " in line]
+    inode = lab.vm.run(f"stat -c %i {holding}/rollback.db").stdout.strip()
+    # Only this database's lines: other tests' holders may still hold locks in the same VM.
+    reserved = [fields for line in lab.vm.read_text("/proc/locks").splitlines()
+                if " 1073741825 " in line and (fields := line.split())[5].split(":")[2] == inode]
     devices = {":".join(str(int(part, 16)) for part in fields[5].split(":")[:2]) for fields in reserved}
     # nfsd holds a copy of the client's RESERVED lock on the exported file system's device...
     assert client_device in devices and len(devices) == 2, reserved
-    # ...and none of those becomes a finding: every finding is on the NFS client's device.
-    assert scan["findings"] and {finding["device"] for finding in scan["findings"]} == {client_device}
+    # ...and none of those becomes a finding: this directory's are on the NFS client's device, none on the server's.
+    (server_device,) = devices - {client_device}
+    ours = [finding for finding in scan["findings"] if finding["path"].startswith(f"{holding}/")]
+    assert len(ours) == 2 and {finding["device"] for finding in ours} == {client_device}, ours
+    assert server_device not in {finding["device"] for finding in scan["findings"]}, scan["findings"]
