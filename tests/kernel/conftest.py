@@ -7,6 +7,7 @@ independent NFS clients (network namespaces), so each test starts from a fresh c
 A lab that cannot be built or booted fails the tests with the reason; it never skips.
 """
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -51,3 +52,12 @@ def lab_vm(lab_image: LabImage) -> Iterator[LabVM]:
 @pytest.fixture(scope="session")
 def lab(lab_vm: LabVM) -> Lab:
     return Lab.start(lab_vm)
+
+
+def start_and_wait(vm: LabVM, script: str, directory: str, log: str, marker: str, *, timeout: float = 180) -> None:
+    """Run the Python ``script`` with DIRECTORY in the background in the VM; wait until its log says ``marker``."""
+    vm.run(f"python3 -c '{script}' {directory} > {log} 2>&1 &")
+    deadline = time.monotonic() + timeout
+    while marker not in vm.run(f"cat {log}", check=False).stdout.split():
+        assert time.monotonic() < deadline, vm.run(f"cat {log}", check=False).stdout
+        time.sleep(1)

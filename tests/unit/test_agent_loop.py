@@ -2,18 +2,20 @@
 
 import io
 import json
+import logging
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
 import pytest
 from tests.procroot import Mount, assemble_proc_root, pod_uid
 
-from mountwarden.agent.loop import Agent, AgentSettings, PrintedReport
+from mountwarden.agent.loop import Agent, AgentSettings, PrintedReport, run_agent
 from mountwarden.agent.report import RefusedWrite, WriteOutcome
 
 
@@ -69,6 +71,22 @@ def test_a_refusal_is_not_a_failure_to_retry(tmp_path):
 
     with pytest.raises(RefusedWrite):
         agent.step()
+
+
+def test_the_agent_exits_leaving_a_stuck_call_behind_and_says_which(tmp_path, caplog):
+    assemble_proc_root(tmp_path, [Mount("pv-a", pod_uid=pod_uid("a"))])
+    agent = Agent(settings(tmp_path), RecordingSink())
+    server_back = threading.Event()
+
+    def statvfs(path):
+        server_back.wait()
+
+    agent.proc.calls.run("0:53", statvfs, "/var/lib/kubelet/pods/a/volumes/pv-a", timeout=0.05)
+    with caplog.at_level(logging.WARNING, logger="mountwarden.agent.loop"):
+        assert run_agent(agent, once=True) is True
+    assert "exiting with 1 call(s) still blocked in the kernel" in caplog.text
+    assert "statvfs(/var/lib/kubelet/pods/a/volumes/pv-a) on 0:53" in caplog.text
+    server_back.set()
 
 
 def test_dry_run_prints_the_object_that_would_be_written(tmp_path):

@@ -53,3 +53,17 @@ def test_calls_started_together_share_one_timeout():
     results = calls.wait_all(started, 0.2)
     assert {result.outcome for result in results.values()} == {Outcome.TIMED_OUT}
     server_back.set()
+
+
+def test_a_stuck_call_is_listed_with_what_it_is_and_for_how_long():
+    calls, server_back = BoundedCalls(), threading.Event()
+
+    def statvfs(path):
+        server_back.wait()
+
+    assert calls.run("0:53", statvfs, "/var/lib/kubelet/pods/p/volumes/v", timeout=0.05).outcome == Outcome.TIMED_OUT
+    assert calls.run("0:54", lambda: "ok", timeout=5).value == "ok"  # returned: not listed
+    (stuck,) = calls.stuck_calls()
+    assert (stuck.key, stuck.what) == ("0:53", "statvfs(/var/lib/kubelet/pods/p/volumes/v)") and stuck.seconds > 0
+    assert str(stuck).startswith("statvfs(/var/lib/kubelet/pods/p/volumes/v) on 0:53 for ")
+    server_back.set()

@@ -13,6 +13,14 @@ One instance serves the whole agent (it lives on its ProcRoot): the statvfs()
 probe of each server, and the SQLite scan's stat() and header reads, so a server
 one of them found dead is not asked again by the other. Measured in the kernel lab
 with nfsd stopped (tests/kernel/test_dead_server.py).
+
+A thread left behind never holds the process at exit only while the kernel can kill
+it: an NFS request waits killably, so exit_group's SIGKILL ends it. A few waits in the
+NFS client cannot be interrupted at all (writeback before a stat(), an inode lock
+behind a writer stuck in write()); a thread in one keeps the whole process from
+exiting, whatever Python does, until the server answers. So the calls made here must
+never be of those kinds (see adapters/cachedstat.py), and ``stuck_calls`` says what
+was left behind, for the exit's last log line.
 """
 
 import threading
@@ -47,9 +55,23 @@ class CallResult:
 
 @dataclass
 class _Call:
+    what: str
+    started: float = field(default_factory=time.monotonic)
     done: threading.Event = field(default_factory=threading.Event)
     value: Any = None
     error: OSError | None = None
+
+
+@dataclass(frozen=True)
+class StuckCall:
+    """A call still blocked in the kernel: its key (the server's superblock), what it is, and for how long."""
+
+    key: str
+    what: str
+    seconds: float
+
+    def __str__(self) -> str:
+        return f"{self.what} on {self.key} for {self.seconds:.0f} s"
 
 
 class Pending:
@@ -75,8 +97,14 @@ class BoundedCalls:
     @property
     def stuck(self) -> int:
         """Calls still blocked in the kernel (at most one per key, at most ``limit``)."""
+        return len(self.stuck_calls())
+
+    def stuck_calls(self) -> list[StuckCall]:
+        """The calls still blocked in the kernel, oldest first."""
+        now = time.monotonic()
         with self._lock:
-            return sum(not call.done.is_set() for call in self._outstanding.values())
+            calls = [(key, call) for key, call in self._outstanding.items() if not call.done.is_set()]
+        return [StuckCall(key, call.what, now - call.started) for key, call in sorted(calls, key=lambda kc: kc[1].started)]
 
     def submit(self, key: str, fn: Callable[..., Any], *args: Any) -> Pending | CallResult:
         """Start ``fn(*args)`` in its own daemon thread, or refuse at once (BUSY, FULL) without starting it."""
@@ -87,7 +115,7 @@ class BoundedCalls:
                 return CallResult(Outcome.BUSY)
             if len(self._outstanding) >= self.limit:
                 return CallResult(Outcome.FULL)
-            call = _Call()
+            call = _Call(what=f"{getattr(fn, '__name__', 'call')}({', '.join(map(str, args))})")
             self._outstanding[key] = call
 
         def run() -> None:

@@ -239,3 +239,15 @@ def run_agent(agent: Agent, *, once: bool) -> bool:
             agent.pods.stop()
         if stop_metrics is not None:
             stop_metrics()
+        say_what_is_left_stuck(agent.proc)
+
+
+def say_what_is_left_stuck(proc: ProcRoot) -> None:
+    """The last word of an agent leaving calls blocked behind dead servers: which, and since when.
+
+    Nothing waits for them: their threads are daemons that the process's exit ends (NFS waits are killable).
+    """
+    stuck = proc.calls.stuck_calls()
+    if stuck:
+        log.warning("exiting with %d call(s) still blocked in the kernel by servers that do not answer, "
+                    "left behind: %s", len(stuck), "; ".join(map(str, stuck)))

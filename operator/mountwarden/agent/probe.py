@@ -15,10 +15,10 @@ import errno
 import logging
 import os
 from collections.abc import Sequence
+from typing import Protocol
 
 from mountwarden.adapters.bounded import CallResult, Outcome
 from mountwarden.adapters.procreader import ProcRoot
-from mountwarden.core.nodescan import ScannedMount
 
 DEFAULT_PROBE_TIMEOUT_SECONDS = 5.0
 log = logging.getLogger(__name__)
@@ -36,6 +36,16 @@ def _answered(result: CallResult) -> bool | None:
     return None  # FULL: too many other servers are stuck to ask this one
 
 
+class ProbedMount(Protocol):
+    """A mount the probe can ask about: a node scan's ScannedMount, or the SQLite scan's NetworkMount."""
+
+    @property
+    def superblock(self) -> str: ...
+
+    @property
+    def mount_point(self) -> str: ...
+
+
 class ServerProbe:
     def __init__(self, proc: ProcRoot, timeout: float = DEFAULT_PROBE_TIMEOUT_SECONDS) -> None:
         self.proc = proc
@@ -47,9 +57,9 @@ class ServerProbe:
         """Calls still blocked in the kernel (at most one per superblock)."""
         return self.proc.calls.stuck
 
-    def check(self, mounts: Sequence[ScannedMount]) -> dict[str, bool | None]:
+    def check(self, mounts: Sequence[ProbedMount]) -> dict[str, bool | None]:
         """Superblock -> whether its server answered within the timeout (None: the probe could not ask)."""
-        first_mount: dict[str, ScannedMount] = {}
+        first_mount: dict[str, ProbedMount] = {}
         for mount in mounts:
             first_mount.setdefault(mount.superblock, mount)
         started = {superblock: self.proc.calls.submit(superblock, os.statvfs, self._path(mount.mount_point))

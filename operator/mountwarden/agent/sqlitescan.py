@@ -7,25 +7,33 @@ mappings (a mapped -shm is WAL mode). A process can exit between these reads:
 ProcRoot then returns nothing and counts it, and the finding keeps what
 /proc/locks said.
 
-stat() of a file on NFS may ask the server for fresh attributes (and hangs while
-a hard mount's server is away), so a descriptor's device and inode come from
-/proc/<pid>/fdinfo (mnt_id, and ino on Linux 5.14+) and the process's mountinfo,
-which never reach the server; stat() is the fallback on older kernels, for
-network files only. The header scan opens files on network mounts that no
-process has locked and reads their first 16 bytes: each costs an open, a read
-and a close on the server, so it is off by default and bounded by a budget of
-files. Both go through the proc root's BoundedCalls (adapters/bounded.py): each
-waited for at most STAT_TIMEOUT_SECONDS, at most one stuck per server, so a
-dead server costs a scan one timeout and never piles threads up.
+A descriptor's device and inode come from /proc/<pid>/fdinfo (mnt_id, and ino on
+Linux 5.14+) and the process's mountinfo, which never reach the server. Where a file
+must be stat()ed (older kernels; the header scan's type and size), it is stat()ed from
+the kernel's cache only (adapters/cachedstat.py): a plain stat() on NFS first writes the
+file's dirty pages back, and behind a dead server that wait can never be interrupted,
+not even by SIGKILL, so the agent could never exit again.
+
+The header scan opens files on network mounts that no process has locked and reads
+their first 16 bytes: each costs an open, a read and a close on the server, so it is
+off by default and bounded by a budget of files. Reading a file's contents can also
+wait uninterruptibly (behind a writer stuck in write(), or on writeback), but only while
+its server does not answer: so a file is read only once its superblock's server has
+answered a statvfs() probe in this same scan. Every call goes through the proc root's
+BoundedCalls (adapters/bounded.py): each waited for at most STAT_TIMEOUT_SECONDS, at
+most one stuck per server, so a dead server costs a scan one timeout and never piles
+threads up.
 """
 
 import os
 import stat
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from mountwarden.adapters.cachedstat import CachedStatus, cached_stat
 from mountwarden.adapters.procreader import ProcRoot
+from mountwarden.agent.probe import ServerProbe
 from mountwarden.api.nodemountreport import SqliteFinding
 from mountwarden.core import nodescan
 from mountwarden.core.sqlite import (
@@ -98,7 +106,9 @@ def scan_sqlite(
         for pid in proc_root.pids():
             if pid not in files:
                 files[pid] = _network_files(proc_root, pid, devices)
-        header_databases = _read_headers(proc_root, files, locked_databases, header_scan_budget, counters)
+        answering = _Answering(proc_root, network_mounts)
+        header_databases = _read_headers(proc_root, files, locked_databases, header_scan_budget, counters,
+                                         answering)
 
     known_databases = locked_databases | header_databases
     processes = {
@@ -136,13 +146,29 @@ def _bounded(proc_root: ProcRoot, device: Device | None, fn, *args):
     return result.value
 
 
-def _bounded_stat(proc_root: ProcRoot, pid: int, fd: int, device: Device | None) -> os.stat_result | None:
-    return _bounded(proc_root, device, os.stat, proc_root.fd_path(pid, fd))
+def _bounded_stat(proc_root: ProcRoot, pid: int, fd: int, device: Device | None) -> CachedStatus | None:
+    return _bounded(proc_root, device, cached_stat, proc_root.fd_path(pid, fd))
+
+
+class _Answering:
+    """Whether each network device's server answered a statvfs() probe in this scan (asked once, when needed)."""
+
+    def __init__(self, proc_root: ProcRoot, network_mounts: Sequence[NetworkMount]) -> None:
+        self._probe = ServerProbe(proc_root, STAT_TIMEOUT_SECONDS)
+        self._mounts = {mount.device: mount for mount in reversed(network_mounts)}
+        self._answers: dict[Device, bool | None] = {}
+
+    def __call__(self, device: Device) -> bool | None:
+        """True: it answered; False: it did not; None: it could not be asked (no mount of it, no permission)."""
+        if device not in self._answers:
+            mount = self._mounts.get(device)
+            self._answers[device] = self._probe.check([mount]).get(mount.superblock) if mount else None
+        return self._answers[device]
 
 
 def _network_files(
     proc_root: ProcRoot, pid: int, devices: Collection[Device]
-) -> list[tuple[OpenFile, os.stat_result | None]]:
+) -> list[tuple[OpenFile, CachedStatus | None]]:
     """The process's descriptors of files on network devices (with stat() only where it was needed)."""
     mounts = proc_root.mountinfo(pid, counted=False).mounts  # absent: fall back to stat() below
     mount_devices = {entry.mount_id: (entry.major, entry.minor) for entry in mounts}
@@ -161,7 +187,7 @@ def _network_files(
             status = _bounded_stat(proc_root, pid, fd, device)
             if status is None:
                 continue
-            device, inode = (os.major(status.st_dev), os.minor(status.st_dev)), status.st_ino
+            device, inode = status.device, status.inode
         if device in devices:
             opened.append((OpenFile(fd=fd, path=target, file_id=FileId(*device, inode)), status))
     return opened
@@ -186,10 +212,11 @@ def _process_files(
 
 def _read_headers(
     proc_root: ProcRoot,
-    files: Mapping[int, Sequence[tuple[OpenFile, os.stat_result | None]]],
+    files: Mapping[int, Sequence[tuple[OpenFile, CachedStatus | None]]],
     already_known: Collection[FileId],
     budget: int,
     counters: SqliteScanCounters,
+    answering: Callable[[Device], bool | None],
 ) -> set[FileId]:
     """Files among ``files`` that start with the SQLite header, each read once, at most ``budget`` of them."""
     checked = set(already_known)
@@ -197,19 +224,17 @@ def _read_headers(
     opened_files = 0  # a failed open costs the server a round trip too, so it spends budget
     for pid, opened in sorted(files.items()):
         for open_file, known_status in opened:
-            if open_file.file_id in checked:
+            if open_file.file_id in checked or open_file.path.endswith(SIDE_FILE_SUFFIXES):
                 continue
             status = known_status or _bounded_stat(proc_root, pid, open_file.fd, open_file.file_id.device)
-            if (
-                status is None
-                or not stat.S_ISREG(status.st_mode)
-                or status.st_size < len(SQLITE_HEADER)
-                or open_file.path.endswith(SIDE_FILE_SUFFIXES)
-            ):
+            if status is None or not stat.S_ISREG(status.mode) or status.size < len(SQLITE_HEADER):
                 continue
             checked.add(open_file.file_id)
             if opened_files >= budget:
                 counters.headers_over_budget += 1
+                continue
+            if answering(open_file.file_id.device) is False:
+                proc_root.counters.stalled += 1  # its server did not answer just now: reading could wait for good
                 continue
             opened_files += 1
             header = _bounded(proc_root, open_file.file_id.device, _read_header, proc_root.fd_path(pid, open_file.fd))

@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mountwarden.adapters.procreader import ProcRoot
+from mountwarden.agent.loop import say_what_is_left_stuck
 from mountwarden.agent.sqlitescan import DEFAULT_HEADER_SCAN_BUDGET, SqliteScan, scan_sqlite
 from mountwarden.cli._app import app
 from mountwarden.cli._output import console, err_console, fail, print_json
@@ -56,7 +57,8 @@ def sqlite_scan_command(
         typer.Option(
             "--header-scan",
             help="Also read the first 16 bytes of files open on network mounts, to find databases that "
-            "hold no lock right now.",
+            "hold no lock right now. Only from servers that answer a statvfs() probe first: a read behind a "
+            "dead server could never be interrupted.",
         ),
     ] = False,
     header_scan_budget: Annotated[
@@ -116,6 +118,7 @@ def sqlite_scan_command(
         fail(f"no mount table in {escape(str(proc_root / '1' / 'mountinfo'))}")
     mounts = network_mounts(mountinfo.mounts, fstypes, partial(kubelet_pod_volume, kubelet_root=kubelet_root))
     scan = scan_sqlite(reader, mounts, header_scan=header_scan, header_scan_budget=header_scan_budget)
+    say_what_is_left_stuck(reader)
     if json_output:
         print_json(
             {

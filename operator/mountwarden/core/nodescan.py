@@ -109,6 +109,11 @@ class NetworkMount:
     def device(self) -> tuple[int, int]:
         return (self.major, self.minor)
 
+    @property
+    def superblock(self) -> str:
+        """``major:minor``, as mountinfo and the server probe name it."""
+        return f"{self.major}:{self.minor}"
+
 
 @dataclass(frozen=True, slots=True)
 class ScannedMount:

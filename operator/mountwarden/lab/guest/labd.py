@@ -11,7 +11,9 @@ The protocol is one JSON object per line in each direction:
 
 Each request runs in its own thread, so a command stuck on a dead NFS server (in the
 kernel's uninterruptible sleep, which no signal ends) never blocks the others: after
-its timeout the daemon answers `timed_out` and leaves the process behind.
+its timeout the daemon answers `timed_out` with the kernel stack of each of the
+command's tasks (where each one waits, for the failure message) and leaves the process
+behind.
 """
 
 import contextlib
@@ -96,12 +98,15 @@ class Daemon:
             out, err = process.communicate(data.encode() if data is not None else None, timeout=request.get("timeout"))
         except subprocess.TimeoutExpired:
             reply["timed_out"] = True
+            stacks = kernel_stacks(process.pid)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, 9)
             try:
                 out, err = process.communicate(timeout=GRACE_AFTER_KILL)
+                err += f"labd: timed out; where its tasks were, before SIGKILL:\n{stacks}".encode()
             except subprocess.TimeoutExpired:  # in uninterruptible sleep: leave it behind
-                out, err = b"", b"labd: the process did not end after SIGKILL (uninterruptible sleep?)\n"
+                out, err = b"", (f"labd: the process did not end after SIGKILL (uninterruptible sleep?); its tasks "
+                                 f"now:\n{kernel_stacks(process.pid)}\nand before SIGKILL:\n{stacks}").encode()
         reply.update(
             rc=process.returncode,
             stdout=out.decode(errors="replace"),
@@ -109,6 +114,32 @@ class Daemon:
             seconds=time.monotonic() - started,
         )
         self.send(reply)
+
+
+def kernel_stacks(group: int) -> str:
+    """Every task of process group ``group``: its state, what it waits in (wchan) and its kernel stack."""
+    described = []
+    for entry in sorted(Path("/proc").iterdir(), key=lambda path: path.name):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            if int(stat[stat.rfind(")") + 2:].split()[2]) != group:
+                continue
+            tasks = sorted((entry / "task").iterdir(), key=lambda path: int(path.name))
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        for task in tasks:
+            parts = []
+            for name in ("comm", "stat", "wchan", "stack"):
+                try:
+                    parts.append((task / name).read_text().strip())
+                except OSError as error:
+                    parts.append(f"({name}: {error.strerror})")
+            comm, task_stat, wchan, stack = parts
+            state = task_stat[task_stat.rfind(")") + 2:].split()[0] if ")" in task_stat else "?"
+            described.append(f"task {entry.name}/{task.name} ({comm}) state {state} wchan {wchan}\n{stack}")
+    return "\n".join(described) or "(no task left in the group)"
 
 
 if __name__ == "__main__":
