@@ -39,8 +39,8 @@ node: venv lab ## Build what the real node needs: its image (the lab + container
 	hack/lab/build.sh node >/dev/null
 	hack/nodebin/build.sh >/dev/null
 
-kernel-facts: venv lab ## Measure the kernel in the lab VM into operator/mountwarden/core/kernel_facts.json (15-20 min)
-	MOUNTWARDEN_LAB_DIR=$$(hack/lab/build.sh) $(BIN)/mountwarden lab measure --output operator/mountwarden/core/kernel_facts.json
+kernel-facts: venv lab ## Measure the kernel in the lab VM into operator/mountwarden/core/options/kernel_facts.json (15-20 min)
+	MOUNTWARDEN_LAB_DIR=$$(hack/lab/build.sh) $(BIN)/mountwarden lab measure --output operator/mountwarden/core/options/kernel_facts.json
 
 crds: venv ## Regenerate crds/ from the API models
 	$(BIN)/mountwarden crds --output-dir crds

@@ -213,7 +213,7 @@ def profile(cache_policy: str) -> dict:
 def options_of(cache_policy: str) -> tuple[list[str], list[str]]:
     """(the mountOptions of the profile's class for ``cache_policy``, what a node reports for them)."""
     from mountwarden.api.storageprofile import StorageProfileSpec, desired_class
-    from mountwarden.core.options import normalize
+    from mountwarden.core.options.normalize import normalize
 
     spec = StorageProfileSpec.model_validate(profile(cache_policy)["spec"])
     declared = list(desired_class(spec, spec.resolve()).mount_options)

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 
 import kubernetes
 
-from mountwarden.core.options import NormalizedOptions, normalize, superblock_key
+from mountwarden.core.options.normalize import NormalizedOptions, normalize, superblock_key
 
 GROUP, VERSION, PLURAL = "mountwarden.io", "v1alpha1", "nodemountreports"
 AGENT_VERSION = "nodesim"

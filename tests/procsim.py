@@ -16,7 +16,7 @@ from tests.nodesim import Node, NodeSimulator, SimulatedMount
 from tests.procroot import TELEGRAF, _blocks
 from tests.samples import sample_path
 
-from mountwarden.core.options import NormalizedOptions, normalize, with_kernel_defaults
+from mountwarden.core.options.normalize import NormalizedOptions, normalize, with_kernel_defaults
 
 #: SQLite's SHARED lock range: a reader holds it for as long as its transaction is open.
 SQLITE_SHARED = "1073741826 1073742335"

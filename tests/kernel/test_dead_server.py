@@ -29,9 +29,9 @@ from tests.kernel.conftest import boot, start_and_wait
 from tests.kernel.test_sqlite import HOLDER
 
 from mountwarden.agent.sqlitescan import STAT_TIMEOUT_SECONDS
-from mountwarden.core.mountactivity import Thresholds
-from mountwarden.core.nodereport import NodeReport
-from mountwarden.core.volumecheck import check_volume
+from mountwarden.core.node.activity import Thresholds
+from mountwarden.core.node.check import check_volume
+from mountwarden.core.node.report import NodeReport
 from mountwarden.lab.experiments import EFS_LIKE, Lab
 from mountwarden.lab.livescan import TRY_POD_UID
 from mountwarden.lab.livescan import mount_point as try_mount_point

@@ -2,7 +2,7 @@
 
 import pytest
 
-from mountwarden.core.options import kernel_io_size, normalize
+from mountwarden.core.options.normalize import kernel_io_size, normalize
 from mountwarden.lab.experiments import IO_SIZES, measure_io_sizes
 
 

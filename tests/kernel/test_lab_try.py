@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from mountwarden.core.options import kernel_io_size
+from mountwarden.core.options.normalize import kernel_io_size
 
 
 def lab_try(*args: str, tmp_path) -> subprocess.CompletedProcess:

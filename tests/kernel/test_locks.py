@@ -7,7 +7,7 @@ corrupt a SQLite database.
 
 import pytest
 
-from mountwarden.core.options import normalize
+from mountwarden.core.options.normalize import normalize
 from mountwarden.lab.experiments import measure_locking
 
 

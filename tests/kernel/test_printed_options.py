@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from mountwarden.core.options import normalize
-from mountwarden.core.presets import PRESETS
+from mountwarden.core.options.normalize import normalize
+from mountwarden.core.options.presets import PRESETS
 from mountwarden.lab.experiments import measure_printed_options, preset_mount_options
 from mountwarden.lab.livescan import mount_point as try_mount_point
 

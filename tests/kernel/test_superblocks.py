@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from mountwarden.core.options import normalize
+from mountwarden.core.options.normalize import normalize
 from mountwarden.lab.experiments import SHARING_CASES, measure_superblock_sharing
 from mountwarden.lab.livescan import mount_point as try_mount_point
 from mountwarden.lab.vm import GUEST_PYTHON_ENV

@@ -7,9 +7,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from mountwarden.agent.activity import VolumeActivity
 from mountwarden.agent.metrics import AgentMetrics, operation_rates
 from mountwarden.agent.report import WriteOutcome
-from mountwarden.core.kubelet import KubeletPlugin
-from mountwarden.core.mountactivity import Activity, ProcessSamples
-from mountwarden.core.nodescan import NodeScan, NodeVolume, OperationTotals, OptionsSource
+from mountwarden.core.node.activity import Activity, ProcessSamples
+from mountwarden.core.node.kubelet import KubeletPlugin
+from mountwarden.core.node.scan import NodeScan, NodeVolume, OperationTotals, OptionsSource
 
 KEY = ("uid-1", "pv-a", "/var/lib/kubelet/pods/uid-1/volumes/kubernetes.io~csi/pv-a/mount", "0:101")
 

@@ -1,7 +1,7 @@
 import pytest
 
-from mountwarden.core.compare import OriginHints, check, compare, compare_undeclared
-from mountwarden.core.options import normalize
+from mountwarden.core.options.compare import OriginHints, check, compare, compare_undeclared
+from mountwarden.core.options.normalize import normalize
 from mountwarden.core.policy import resolve_policy
 
 EFS_MOUNT_TABLE = (

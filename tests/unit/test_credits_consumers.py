@@ -17,7 +17,7 @@ from mountwarden.core.credits.consumers import (
     summarize_consumers,
     watched_file_system,
 )
-from mountwarden.core.nodereport import NodeReport, OperationCounters
+from mountwarden.core.node.report import NodeReport, OperationCounters
 
 FS, OTHER_FS = "fs-0123456789abcdef0", "fs-0fedcba987654321f"
 

@@ -8,7 +8,7 @@ from tests.credit_scenarios import HOUR, credit_series, nightly_drain, trap
 from mountwarden.adapters.pods import PodPlacements, placement
 from mountwarden.api.storageprofile import CreditsStatus
 from mountwarden.core.credits import CreditWatchProblem, ProblemReason
-from mountwarden.core.nodereport import NodeReport
+from mountwarden.core.node.report import NodeReport
 from mountwarden.core.storageclass import ClassEntry
 from mountwarden.handlers.credits import CreditWatchTarget, _credits_status, _replacing, consumers_on
 

@@ -9,9 +9,9 @@ from mountwarden.api.storageprofile import RolloutWorkload
 from mountwarden.cli.docs import rendered
 from mountwarden.core.compliance import ComplianceReason, VerdictReason
 from mountwarden.core.credits import CreditState, ProblemReason
+from mountwarden.core.node.check import VolumeFindingReason
 from mountwarden.core.rollout import Phase
 from mountwarden.core.sqlite import LOCAL_VOLUME_YAML, REMEDY, WAL_REMEDY
-from mountwarden.core.volumecheck import VolumeFindingReason
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNBOOK = (ROOT / "docs" / "runbook.md").read_text()

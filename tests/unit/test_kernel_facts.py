@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from mountwarden.core.kernelfacts import facts, preset_measurement
-from mountwarden.core.options import kernel_io_size, normalize
-from mountwarden.core.optiontable import BY_NAME
+from mountwarden.core.options.kernelfacts import facts, preset_measurement
+from mountwarden.core.options.normalize import kernel_io_size, normalize
+from mountwarden.core.options.presets import DEPRECATED, EFS_PROVISIONER, PRESETS, CachePolicy
+from mountwarden.core.options.table import BY_NAME
 from mountwarden.core.policy import resolve_policy
-from mountwarden.core.presets import DEPRECATED, EFS_PROVISIONER, PRESETS, CachePolicy
 
 
 @pytest.mark.parametrize("preset", [str(name) for name in PRESETS])
@@ -91,7 +91,7 @@ def test_the_deprecated_presets_were_measured_as_they_were():
 
 
 def test_what_a_shared_superblock_explains_is_what_was_measured():
-    from mountwarden.core.compare import INHERITED_THROUGH_SUPERBLOCK, SEPARATE_SUPERBLOCK
+    from mountwarden.core.options.compare import INHERITED_THROUGH_SUPERBLOCK, SEPARATE_SUPERBLOCK
 
     def option_of(case):
         last = case["first"].split(",")[-1]

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mountwarden.core.kubelet import KubeletPlugin, KubeletVolume, is_subpath_mount, parse_volume_path
+from mountwarden.core.node.kubelet import KubeletPlugin, KubeletVolume, is_subpath_mount, parse_volume_path
 
 ROOT = "/var/lib/kubelet"
 UID = "0f3c2a4e-7d51-4b6a-9a55-3c1e8f2b9d10"

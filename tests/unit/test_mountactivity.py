@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from tests.samples import sample_path
 
-from mountwarden.core.mountactivity import (
+from mountwarden.core.node.activity import (
     GBIT,
     MIB,
     Activity,

@@ -1,6 +1,6 @@
 """A node's report is believed only about pods scheduled on that node (core.nodereport.of_own_pods)."""
 
-from mountwarden.core.nodereport import NodeReport, of_own_pods
+from mountwarden.core.node.report import NodeReport, of_own_pods
 
 NODES = {"uid-here": "node-a", "uid-there": "node-b", "uid-pending": ""}
 

@@ -11,19 +11,19 @@ from tests.procroot import (
 )
 
 from mountwarden.api.nodemountreport import MountedVolume
-from mountwarden.core.nodereport import NodeReport, ReportedMount
-from mountwarden.core.nodescan import (
+from mountwarden.core.node.check import VolumeFindingReason, check_volume
+from mountwarden.core.node.report import NodeReport, ReportedMount
+from mountwarden.core.node.scan import (
     NodeVolume,
     OptionsSource,
     pair_mountstats,
     scan_node,
     split_source,
 )
-from mountwarden.core.options import Severity
+from mountwarden.core.options.normalize import Severity
 from mountwarden.core.policy import resolve_policy
 from mountwarden.core.procfs import parse_mountinfo, parse_mountstats
 from mountwarden.core.procfs.mountstats import WRAPPED_COUNTER_FLOOR
-from mountwarden.core.volumecheck import VolumeFindingReason, check_volume
 
 ROOT = "/var/lib/kubelet"
 A, B, C = pod_uid("a"), pod_uid("b"), pod_uid("c")
@@ -436,7 +436,7 @@ def reported_with(**fields) -> ReportedMount:
 
 def test_a_reported_plateau_transport_and_stuck_processes_are_findings_that_are_not_drift():
     from mountwarden.api.nodemountreport import MountActivity, ProcessStates
-    from mountwarden.core.mountactivity import GBIT, Thresholds
+    from mountwarden.core.node.activity import GBIT, Thresholds
 
     reported = reported_with(
         server_responding=False,

@@ -2,8 +2,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mountwarden.core.options import effective_value, kernel_io_size, layer, normalize, with_kernel_defaults
-from mountwarden.core.optiontable import OPTIONS, SPELLINGS
+from mountwarden.core.options.normalize import (
+    effective_value,
+    kernel_io_size,
+    layer,
+    normalize,
+    with_kernel_defaults,
+)
+from mountwarden.core.options.table import OPTIONS, SPELLINGS
 
 
 def canonical(text):

@@ -1,7 +1,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mountwarden.core.optionsyntax import format_option, parse_option_tokens, split_option_string
+from mountwarden.core.options.syntax import format_option, parse_option_tokens, split_option_string
 
 
 def test_quoted_selinux_context_keeps_its_commas():

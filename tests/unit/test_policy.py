@@ -1,8 +1,8 @@
 import pytest
 
-from mountwarden.core.explain import explain
+from mountwarden.core.options.explain import explain
+from mountwarden.core.options.presets import DEPRECATED, EFS_BASELINE, PRESETS, CachePolicy
 from mountwarden.core.policy import backend_kind, resolve_policy
-from mountwarden.core.presets import DEPRECATED, EFS_BASELINE, PRESETS, CachePolicy
 
 EFS = "efs.csi.aws.com"
 

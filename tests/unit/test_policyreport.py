@@ -8,8 +8,9 @@ import pytest
 import yaml
 
 from mountwarden.core.compliance import Consumer, Verdict, VolumeState
-from mountwarden.core.nodereport import SqliteUse
-from mountwarden.core.options import Severity
+from mountwarden.core.node.check import VolumeFinding, VolumeFindingReason
+from mountwarden.core.node.report import SqliteUse
+from mountwarden.core.options.normalize import Severity
 from mountwarden.core.policyreport import (
     PolicyReportBook,
     ReportFinding,
@@ -18,7 +19,6 @@ from mountwarden.core.policyreport import (
     credit_findings,
     report_body,
 )
-from mountwarden.core.volumecheck import VolumeFinding, VolumeFindingReason
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 GRACE = timedelta(minutes=10)

@@ -4,8 +4,8 @@ from datetime import UTC, datetime, timedelta
 
 from mountwarden.api.nodemountreport import MountActivity, MountedVolume, ProcessStates
 from mountwarden.core.compliance import Consumer, Contract, VolumeState, assess
-from mountwarden.core.mountactivity import GBIT, Thresholds
-from mountwarden.core.nodereport import NodeReport
+from mountwarden.core.node.activity import GBIT, Thresholds
+from mountwarden.core.node.report import NodeReport
 from mountwarden.core.policy import resolve_policy
 from mountwarden.core.serverload import mount_loads, server_load
 

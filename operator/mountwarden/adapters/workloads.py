@@ -19,7 +19,7 @@ from kubernetes.client import ApiClient, ApiException
 from mountwarden.adapters.kube import transient_errors
 from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.nodemountreport import PLURAL as REPORTS
-from mountwarden.core.nodereport import NodeReport, UnreadableReport
+from mountwarden.core.node.report import NodeReport, UnreadableReport
 from mountwarden.core.rollout import (
     Autoscaler,
     DisruptionBudget,

@@ -2,7 +2,7 @@
 
 Every scan adds one sample of each mount's counters (mountstats) and a few rounds of samples of the
 state of every process of a pod with a volume on NFS (/proc/<pid>/stat, which never waits on a file
-system). What the numbers mean is decided by the pure mountwarden.core.mountactivity.
+system). What the numbers mean is decided by the pure mountwarden.core.node.activity.
 
 Which processes use which volume: a pod with one volume on NFS uses it with all its processes; in a
 pod with several, a process uses those it has files open on (fdinfo's mnt_id, through the process's
@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from mountwarden.adapters.procreader import ProcRoot
-from mountwarden.core.mountactivity import (
+from mountwarden.core.node.activity import (
     Activity,
     MountSample,
     ProcessSamples,
@@ -25,7 +25,7 @@ from mountwarden.core.mountactivity import (
     process_state,
     sample_of,
 )
-from mountwarden.core.nodescan import NodeScan, NodeVolume
+from mountwarden.core.node.scan import NodeScan, NodeVolume
 
 #: A volume's identity between scans, as on /metrics: a remount gets a new superblock, so new counters.
 VolumeKey = tuple[str, str, str, str]

@@ -16,7 +16,7 @@ from prometheus_client.registry import Collector
 
 from mountwarden.agent.report import WRITTEN, WriteOutcome
 from mountwarden.agent.scan import MAX_REPORTED_OPERATIONS
-from mountwarden.core.nodescan import NodeScan, OperationTotals
+from mountwarden.core.node.scan import NodeScan, OperationTotals
 
 #: A volume's identity between scans: pod UID ("" for staging), volume, mount point, superblock.
 #: A remount gets a new superblock, so its counters, which restart at zero, are never

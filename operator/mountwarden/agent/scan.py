@@ -2,7 +2,7 @@
 
 Reading is the only I/O here (through ProcRoot, which never fails on a vanished
 or unreadable entry); what the mounts mean is decided by the pure
-``mountwarden.core.nodescan``.
+``mountwarden.core.node.scan``.
 """
 
 import json
@@ -27,8 +27,8 @@ from mountwarden.api.nodemountreport import (
     SqliteFinding,
     VolumePlugin,
 )
-from mountwarden.core.kubelet import normalize_root
-from mountwarden.core.nodescan import NodeScan, NodeVolume, OperationTotals, ScannedMount, scan_node
+from mountwarden.core.node.kubelet import normalize_root
+from mountwarden.core.node.scan import NodeScan, NodeVolume, OperationTotals, ScannedMount, scan_node
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ from mountwarden.adapters.cachedstat import CachedStatus, cached_stat
 from mountwarden.adapters.procreader import ProcRoot
 from mountwarden.agent.probe import ServerProbe
 from mountwarden.api.nodemountreport import SqliteFinding
-from mountwarden.core import nodescan
+from mountwarden.core.node import scan as nodescan
 from mountwarden.core.sqlite import (
     SIDE_FILE_SUFFIXES,
     SQLITE_HEADER,

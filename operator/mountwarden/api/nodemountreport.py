@@ -12,8 +12,8 @@ from enum import StrEnum
 from pydantic import Field
 
 from mountwarden.api.base import ApiModel
-from mountwarden.core.kubelet import KubeletPlugin
-from mountwarden.core.nodescan import OptionsSource as NodescanOptionsSource
+from mountwarden.core.node.kubelet import KubeletPlugin
+from mountwarden.core.node.scan import OptionsSource as NodescanOptionsSource
 
 KIND = "NodeMountReport"
 PLURAL = "nodemountreports"

@@ -10,9 +10,9 @@ from enum import StrEnum
 from pydantic import Field
 
 from mountwarden.api.base import ApiModel, Condition, LabelSelector
-from mountwarden.core.mountactivity import Thresholds, efs_file_system_limit
+from mountwarden.core.node.activity import Thresholds, efs_file_system_limit
+from mountwarden.core.options.presets import CachePolicy
 from mountwarden.core.policy import ResolvedPolicy, backend_kind, resolve_policy
-from mountwarden.core.presets import CachePolicy
 from mountwarden.core.rollout import Phase as RolloutPhase
 from mountwarden.core.rollout import State as RolloutWorkloadState
 from mountwarden.core.storageclass import DesiredClass

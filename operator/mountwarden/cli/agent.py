@@ -11,11 +11,11 @@ from rich.markup import escape
 
 from mountwarden.cli._app import app
 from mountwarden.cli._output import console, err_console, fail, print_json
-from mountwarden.core.kubelet import DEFAULT_KUBELET_ROOT
-from mountwarden.core.nodescan import DEFAULT_NETWORK_FSTYPES, NodeVolume
+from mountwarden.core.node.check import VolumeCheck, check_volume
+from mountwarden.core.node.kubelet import DEFAULT_KUBELET_ROOT
+from mountwarden.core.node.scan import DEFAULT_NETWORK_FSTYPES, NodeVolume
+from mountwarden.core.options.presets import EFS_PROVISIONER, CachePolicy
 from mountwarden.core.policy import ResolvedPolicy, resolve_policy
-from mountwarden.core.presets import EFS_PROVISIONER, CachePolicy
-from mountwarden.core.volumecheck import VolumeCheck, check_volume
 
 ProcRootOption = Annotated[
     Path,

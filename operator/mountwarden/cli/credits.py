@@ -52,7 +52,7 @@ from mountwarden.core.credits.consumers import (
     summarize_consumers,
     watched_file_system,
 )
-from mountwarden.core.nodereport import NodeReport, UnreadableReport
+from mountwarden.core.node.report import NodeReport, UnreadableReport
 from mountwarden.core.storageclass import PROFILE_LABEL
 
 EXIT_CODES_HELP = (

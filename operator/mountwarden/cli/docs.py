@@ -83,8 +83,8 @@ def rendered() -> dict[str, str]:
     """File name -> Markdown of every generated reference page."""
     from mountwarden.api import nodemountreport, storageprofile
     from mountwarden.api.docgen import model_reference
-    from mountwarden.core import presetsheet
-    from mountwarden.core.kernelfacts import facts
+    from mountwarden.core.options import presetsheet
+    from mountwarden.core.options.kernelfacts import facts
     from mountwarden.lab import factsdoc
 
     return {

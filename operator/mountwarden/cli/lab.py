@@ -131,7 +131,7 @@ def _print_trial(trial: Trial) -> None:
 def measure_command(
     output: Annotated[Path | None, typer.Option(
         "--output", "-o", metavar="FILE",
-        help="Write the facts here (make kernel-facts writes operator/mountwarden/core/kernel_facts.json); "
+        help="Write the facts here (make kernel-facts writes operator/mountwarden/core/options/kernel_facts.json); "
              "default: stdout.")] = None,
 ) -> None:
     """Measure what the real kernel does, for the facts file the docs and `options presets` quote.

@@ -11,13 +11,13 @@ from rich.table import Table
 from mountwarden.api.storageprofile import StorageProfileSpec
 from mountwarden.cli._app import app
 from mountwarden.cli._output import console, fail, print_json
-from mountwarden.core import presetsheet
-from mountwarden.core.compare import check
-from mountwarden.core.explain import explain
-from mountwarden.core.kernelfacts import kernel_release
-from mountwarden.core.options import normalize
+from mountwarden.core.options import presetsheet
+from mountwarden.core.options.compare import check
+from mountwarden.core.options.explain import explain
+from mountwarden.core.options.kernelfacts import kernel_release
+from mountwarden.core.options.normalize import normalize
+from mountwarden.core.options.presets import LOCAL_STORAGE_NOTE, CachePolicy
 from mountwarden.core.policy import resolve_policy
-from mountwarden.core.presets import LOCAL_STORAGE_NOTE, CachePolicy
 
 options_app = typer.Typer(
     help="Validate, normalize, explain and check NFS mount options (no cluster needed).",

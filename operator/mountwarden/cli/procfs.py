@@ -11,7 +11,7 @@ from rich.text import Text
 
 from mountwarden.cli._app import app
 from mountwarden.cli._output import console, err_console, fail, print_json
-from mountwarden.core.mountactivity import DEFAULT_PER_FLOW_CAP_GBPS
+from mountwarden.core.options.table import DEFAULT_PER_FLOW_CAP_GBPS
 from mountwarden.core.procfs.mountinfo import MountinfoEntry, read_mountinfo
 from mountwarden.core.procfs.mounts import MountsEntry, read_mounts
 from mountwarden.core.procfs.mountstats import (

@@ -33,10 +33,10 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from mountwarden.core.credits.bucket import ThroughputMode
-from mountwarden.core.options import effective_value
-from mountwarden.core.optiontable import ATTRIBUTE_CACHE_TIMES, OptionValue
+from mountwarden.core.options.normalize import effective_value
+from mountwarden.core.options.presets import EFS_METERING, EFS_PROVISIONER, CachePolicy, is_efs
+from mountwarden.core.options.table import ATTRIBUTE_CACHE_TIMES, OptionValue
 from mountwarden.core.policy import SpecProblem
-from mountwarden.core.presets import EFS_METERING, EFS_PROVISIONER, CachePolicy, is_efs
 from mountwarden.core.selectors import selector_matches
 from mountwarden.core.storageclass import ClassEntry, DesiredClass, ExistingClass, plan_classes
 

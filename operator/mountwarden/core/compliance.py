@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from mountwarden.core.mountactivity import Thresholds
-from mountwarden.core.nodereport import NodeReport, SqliteUse
-from mountwarden.core.options import Severity
-from mountwarden.core.optiontable import OptionValue
-from mountwarden.core.volumecheck import HEALTH_REASONS, VolumeFinding, VolumeFindingReason, check_volume
+from mountwarden.core.node.activity import Thresholds
+from mountwarden.core.node.check import HEALTH_REASONS, VolumeFinding, VolumeFindingReason, check_volume
+from mountwarden.core.node.report import NodeReport, SqliteUse
+from mountwarden.core.options.normalize import Severity
+from mountwarden.core.options.table import OptionValue
 
 #: How many offenders the condition message and status name.
 WORST_OFFENDERS = 5

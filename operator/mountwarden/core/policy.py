@@ -9,8 +9,8 @@ contradicts itself is refused before any StorageClass is touched.
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mountwarden.core.compare import forbidden_violations
-from mountwarden.core.options import (
+from mountwarden.core.options.compare import forbidden_violations
+from mountwarden.core.options.normalize import (
     NormalizedOptions,
     Severity,
     effective_value,
@@ -18,8 +18,8 @@ from mountwarden.core.options import (
     layer,
     normalize,
 )
-from mountwarden.core.optiontable import BY_NAME, OptionValue, exclusive_group
-from mountwarden.core.presets import EFS_BASELINE, current_names, is_efs, preset_of
+from mountwarden.core.options.presets import EFS_BASELINE, current_names, is_efs, preset_of
+from mountwarden.core.options.table import BY_NAME, OptionValue, exclusive_group
 
 
 @dataclass(frozen=True, slots=True)

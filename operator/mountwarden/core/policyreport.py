@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from mountwarden.core.compliance import Verdict
-from mountwarden.core.options import Severity
+from mountwarden.core.options.normalize import Severity
 
 API_GROUP = "wgpolicyk8s.io"
 API_VERSION = "v1alpha2"

@@ -9,8 +9,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from mountwarden.core.compliance import Consumer
-from mountwarden.core.mountactivity import GBIT
-from mountwarden.core.nodereport import NodeReport
+from mountwarden.core.node.activity import GBIT
+from mountwarden.core.node.report import NodeReport
 
 
 @dataclass(frozen=True, slots=True)

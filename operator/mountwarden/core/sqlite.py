@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, NamedTuple
 
-from mountwarden.core.kubelet import DEFAULT_KUBELET_ROOT, parse_volume_path
-from mountwarden.core.nodescan import NetworkMount
+from mountwarden.core.node.kubelet import DEFAULT_KUBELET_ROOT, parse_volume_path
+from mountwarden.core.node.scan import NetworkMount
 from mountwarden.core.procfs import FileLock, MemoryMapping, MountinfoEntry, PodCgroup
 
 PENDING_BYTE = 0x40000000

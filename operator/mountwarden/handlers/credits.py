@@ -40,7 +40,7 @@ from mountwarden.core.credits.consumers import (
     summarize_consumers,
 )
 from mountwarden.core.credits.consumers import watched_file_system as profile_file_system
-from mountwarden.core.nodereport import of_own_pods
+from mountwarden.core.node.report import of_own_pods
 from mountwarden.core.policyreport import credit_findings
 from mountwarden.handlers import findings, metrics
 from mountwarden.handlers.config import OperatorConfig

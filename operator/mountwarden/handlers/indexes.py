@@ -51,7 +51,7 @@ from mountwarden.api.storageprofile import PLURAL as PROFILES
 from mountwarden.api.storageprofile import StorageProfileSpec
 from mountwarden.core.admission import ProfileEntry, consumer_keys
 from mountwarden.core.compliance import Contract
-from mountwarden.core.nodereport import NodeReport, UnreadableReport
+from mountwarden.core.node.report import NodeReport, UnreadableReport
 from mountwarden.core.policy import ResolvedPolicy, backend_kind
 from mountwarden.core.storageclass import PROFILE_LABEL, ClassEntry
 from mountwarden.handlers.config import OperatorConfig, WebhookMode

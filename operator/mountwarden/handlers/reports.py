@@ -18,10 +18,10 @@ from mountwarden.api.nodemountreport import PLURAL as REPORTS
 from mountwarden.api.storageprofile import PLURAL as PROFILES
 from mountwarden.core.compliance import Consumer, ProfileCompliance, VolumeState, assess
 from mountwarden.core.conditions import find_condition
-from mountwarden.core.nodereport import NodeReport, UnreadableReport, of_own_pods
+from mountwarden.core.node.check import HEALTH_REASONS
+from mountwarden.core.node.report import NodeReport, UnreadableReport, of_own_pods
 from mountwarden.core.policyreport import compliance_findings
 from mountwarden.core.serverload import mount_loads, server_load
-from mountwarden.core.volumecheck import HEALTH_REASONS
 from mountwarden.handlers import findings, metrics
 from mountwarden.handlers.config import OperatorConfig
 from mountwarden.handlers.errors import retry_transient

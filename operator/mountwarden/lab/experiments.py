@@ -4,7 +4,7 @@ Each experiment mounts the VM's own export through independent NFS clients (one 
 namespace each: its own nfs_client, superblocks, caches and connections) and reads back
 what the kernel did from /proc. The kernel tests (tests/kernel) assert on the results,
 and `mountwarden lab measure` writes them to the file the docs and `options presets`
-quote (mountwarden/core/kernel_facts.json).
+quote (mountwarden/core/options/kernel_facts.json).
 """
 
 from __future__ import annotations
@@ -309,16 +309,16 @@ def to_json(value) -> str:
 
 def preset_mount_options(preset: str) -> str:
     """What a StorageProfile on EFS with this preset mounts: the AWS baseline under the preset."""
+    from mountwarden.core.options.presets import EFS_PROVISIONER
     from mountwarden.core.policy import resolve_policy
-    from mountwarden.core.presets import EFS_PROVISIONER
 
     return ",".join(resolve_policy(provisioner=EFS_PROVISIONER, cache_policy=preset).mount_options)
 
 
 def former_preset_mount_options(preset: str) -> str:
     """What a profile on EFS mounted with a deprecated preset before it was redefined."""
+    from mountwarden.core.options.presets import DEPRECATED, EFS_PROVISIONER, CachePolicy
     from mountwarden.core.policy import resolve_policy
-    from mountwarden.core.presets import DEPRECATED, EFS_PROVISIONER, CachePolicy
 
     former = DEPRECATED[CachePolicy(preset)].former_options
     return ",".join(resolve_policy(provisioner=EFS_PROVISIONER, cache_policy=None, mount_options=former).mount_options)
@@ -338,7 +338,7 @@ def measure_presets(lab: Lab, presets: Mapping[str, str], *, seconds: float = CO
 
 def measure_all(lab: Lab, *, progress=lambda _: None) -> dict:
     """Every experiment, as the facts file holds them."""
-    from mountwarden.core.presets import DEPRECATED, PRESETS
+    from mountwarden.core.options.presets import DEPRECATED, PRESETS
 
     progress("superblock sharing")
     sharing = measure_superblock_sharing(lab)

@@ -1,9 +1,9 @@
 """docs/reference/kernel-behaviour.md, rendered from the kernel lab's measured facts."""
 
-from mountwarden.core.kernelfacts import FACTS_FILE
-from mountwarden.core.options import kernel_io_size
+from mountwarden.core.options.kernelfacts import FACTS_FILE
+from mountwarden.core.options.normalize import kernel_io_size
 
-HEADER = (f"<!-- Generated from operator/mountwarden/core/{FACTS_FILE} by `mountwarden docs` (make docs); "
+HEADER = (f"<!-- Generated from operator/mountwarden/core/options/{FACTS_FILE} by `mountwarden docs` (make docs); "
           "measure again with `make kernel-facts`. Do not edit. -->\n\n")
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from mountwarden.adapters.procreader import ProcRoot
 from mountwarden.agent.scan import scan_proc_root
-from mountwarden.core.nodescan import DEFAULT_NETWORK_FSTYPES
-from mountwarden.core.options import normalize
-from mountwarden.core.volumecheck import check_volume
+from mountwarden.core.node.check import check_volume
+from mountwarden.core.node.scan import DEFAULT_NETWORK_FSTYPES
+from mountwarden.core.options.normalize import normalize
 
 #: Where `lab try` mounts: the kubelet's in-tree NFS layout, so the agent's scan sees pod volumes.
 KUBELET_ROOT = "/var/lib/kubelet"

@@ -23,7 +23,7 @@ since the mount was made (``ageSeconds``), not the rate now. Mounts that share a
 superblock on one node share one set of counters (the kernel keeps them per
 superblock), so they are counted once, as one consumer that names every pod.
 
-:func:`reported_volumes` takes them from the one reader of NodeMountReports (core/nodereport.py).
+:func:`reported_volumes` takes them from the one reader of NodeMountReports (core/node/report.py).
 """
 
 import math
@@ -35,8 +35,8 @@ from typing import Any
 
 from mountwarden.core.credits.bucket import READ_METERING_FACTOR, SMALL_REQUEST_BYTES
 from mountwarden.core.credits.metering import ELASTIC_DATA_MINIMUM_BYTES
-from mountwarden.core.nodereport import NodeReport, OperationCounters
-from mountwarden.core.presets import EFS_PROVISIONER
+from mountwarden.core.node.report import NodeReport, OperationCounters
+from mountwarden.core.options.presets import EFS_PROVISIONER
 
 #: NFS operations that carry file data (mountstats names, NFSv3 and NFSv4).
 READ_OPERATIONS = frozenset({"READ", "READ_PLUS"})

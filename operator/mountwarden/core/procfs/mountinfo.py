@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from mountwarden.core.optionsyntax import OptionToken, parse_option_tokens
+from mountwarden.core.options.syntax import OptionToken, parse_option_tokens
 from mountwarden.core.procfs.lines import parse_lines
 
 _OCTAL_ESCAPE = re.compile(r"\\([0-3][0-7]{2})")

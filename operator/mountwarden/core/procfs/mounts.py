@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from mountwarden.core.optionsyntax import OptionToken
+from mountwarden.core.options.syntax import OptionToken
 from mountwarden.core.procfs.lines import parse_lines
 from mountwarden.core.procfs.mountinfo import decode_octal_escapes, decode_option_tokens, is_decimal
 

@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from mountwarden.core.optionsyntax import OptionToken, parse_option_tokens
+from mountwarden.core.options.syntax import OptionToken, parse_option_tokens
 from mountwarden.core.procfs.mountinfo import decode_octal_escapes, is_decimal
 
 #: The ``events:`` counters in kernel order (enum nfs_stat_eventcounters).

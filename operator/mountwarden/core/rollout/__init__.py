@@ -18,7 +18,7 @@ Everything here is pure. One module per stage, each importing only those above i
 - ``tick``: ``advance``, one tick: the machine judges, the status records.
 """
 
-from mountwarden.core.nodereport import NodeReport, ReportedMount
+from mountwarden.core.node.report import NodeReport, ReportedMount
 from mountwarden.core.rollout.actions import Action, Event, PatchVolume, RemountPod, RestartWorkload, Step
 from mountwarden.core.rollout.machine import DISRUPTION_BUDGET, IN_FLIGHT, Phase, State
 from mountwarden.core.rollout.plan import Consumer, Plan, VolumeChange, build_plan

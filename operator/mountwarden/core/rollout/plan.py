@@ -6,7 +6,7 @@
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mountwarden.core.options import normalize
+from mountwarden.core.options.normalize import normalize
 from mountwarden.core.rollout.world import (
     APPROVE_ANNOTATION,
     MANUAL,

@@ -9,9 +9,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from mountwarden.core.compare import check
-from mountwarden.core.nodereport import ReportedMount
-from mountwarden.core.options import NOT_COMPARED_FOR_SUPERBLOCK, Severity, normalize
+from mountwarden.core.node.report import ReportedMount
+from mountwarden.core.options.compare import check
+from mountwarden.core.options.normalize import NOT_COMPARED_FOR_SUPERBLOCK, Severity, normalize
 from mountwarden.core.rollout.world import Pod, Target, World, timestamp
 
 

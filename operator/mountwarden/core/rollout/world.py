@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import NamedTuple
 
-from mountwarden.core.nodereport import NodeReport
+from mountwarden.core.node.report import NodeReport
 from mountwarden.core.selectors import selector_matches
 
 RESTARTED_FOR_ANNOTATION = "mountwarden.io/restarted-for"

@@ -2,9 +2,12 @@
 
 from dataclasses import asdict, dataclass
 
-from mountwarden.core.kernelfacts import PresetMeasurement, kernel_release, preset_measurement
-from mountwarden.core.policy import resolve_policy
-from mountwarden.core.presets import (
+from mountwarden.core.options.kernelfacts import (
+    PresetMeasurement,
+    kernel_release,
+    preset_measurement,
+)
+from mountwarden.core.options.presets import (
     DEPRECATED,
     EFS_PROVISIONER,
     LOCAL_STORAGE_NOTE,
@@ -12,6 +15,7 @@ from mountwarden.core.presets import (
     Deprecation,
     Preset,
 )
+from mountwarden.core.policy import resolve_policy
 
 
 def efs_mount_options(cache_policy: str | None, overrides: tuple[str, ...] = ()) -> str:
@@ -76,7 +80,7 @@ def to_dict() -> dict:
             "deprecated": [sheet.to_dict() for sheet in deprecated_sheets()], "sqliteAndSmallFiles": LOCAL_STORAGE_NOTE}
 
 
-REFERENCE_HEADER = ("<!-- Generated from mountwarden.core.presets and kernel_facts.json by `mountwarden docs` "
+REFERENCE_HEADER = ("<!-- Generated from mountwarden.core.options.presets and kernel_facts.json by `mountwarden docs` "
                     "(make docs). Do not edit. -->\n\n")
 
 

@@ -5,7 +5,7 @@ the 4th field of /proc/mounts, mountinfo super options and the ``opts:`` line of
 mountstats all share one grammar: comma-separated ``name`` or ``name=value``
 tokens, where a double-quoted value (SELinux ``context="a,b"``) may contain
 commas. This module splits that grammar and nothing more; meaning lives in
-:mod:`mountwarden.core.options`.
+:mod:`mountwarden.core.options.normalize`.
 """
 
 from collections.abc import Iterable

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from mountwarden.core.mountactivity import Activity, ProcessSamples
+from mountwarden.core.node.activity import Activity, ProcessSamples
 
 
 class UnreadableReport(ValueError):

@@ -7,7 +7,7 @@ own, and says what it promises: how stale a stat() by path can be, whether open(
 sees another client's closed writes (close-to-open), how long a name this client failed to
 find stays "missing" after another client creates it, what a write() waits for, and what it
 costs. The staleness and cost figures are measured by the kernel lab (``make kernel-facts``,
-mountwarden.core.kernelfacts) and shown beside these texts by ``options presets``.
+mountwarden.core.options.kernelfacts) and shown beside these texts by ``options presets``.
 
 A preset may be renamed or redefined; the old name stays accepted (``DEPRECATED``) with a
 warning at admission and in status, and means its replacement's options, which reach

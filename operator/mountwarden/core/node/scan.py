@@ -1,4 +1,4 @@
-"""A node's pod volumes on network filesystems, as the kernel really has them (checked in core/volumecheck.py).
+"""A node's pod volumes on network filesystems, as the kernel really has them (checked in core/node/check.py).
 
 Inputs are the node's parsed mountinfo and mountstats (of one process in the
 host's mount namespace, normally pid 1). Mountinfo says what is mounted where and
@@ -31,15 +31,15 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
 
-from mountwarden.core.kubelet import KubeletPlugin, KubeletVolume, is_subpath_mount, parse_volume_path
-from mountwarden.core.options import (
+from mountwarden.core.node.kubelet import KubeletPlugin, KubeletVolume, is_subpath_mount, parse_volume_path
+from mountwarden.core.options.normalize import (
     NormalizedOptions,
     layer,
     normalize,
     with_kernel_defaults,
 )
-from mountwarden.core.optionsyntax import format_option
-from mountwarden.core.optiontable import OptionValue
+from mountwarden.core.options.syntax import format_option
+from mountwarden.core.options.table import OptionValue
 from mountwarden.core.procfs.mountinfo import MountinfoEntry, MountinfoResult
 from mountwarden.core.procfs.mountstats import (
     NFS_FSTYPES,

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
 
-from mountwarden.core.optionsyntax import format_option, parse_option_tokens
-from mountwarden.core.optiontable import (
+from mountwarden.core.options.syntax import format_option, parse_option_tokens
+from mountwarden.core.options.table import (
     ATTRIBUTE_CACHE_TIMES,
     BY_NAME,
     CANONICAL_ORDER,

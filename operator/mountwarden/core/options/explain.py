@@ -3,11 +3,10 @@
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from mountwarden.core.mountactivity import DEFAULT_PER_FLOW_CAP_GBPS
-from mountwarden.core.options import kernel_io_size, suggest
-from mountwarden.core.optionsyntax import parse_option_tokens
-from mountwarden.core.optiontable import SPELLINGS, VERSION_FLAGS, Origin
-from mountwarden.core.presets import EFS_METERING
+from mountwarden.core.options.normalize import kernel_io_size, suggest
+from mountwarden.core.options.presets import EFS_METERING
+from mountwarden.core.options.syntax import parse_option_tokens
+from mountwarden.core.options.table import DEFAULT_PER_FLOW_CAP_GBPS, SPELLINGS, VERSION_FLAGS, Origin
 
 
 @dataclass(frozen=True, slots=True)

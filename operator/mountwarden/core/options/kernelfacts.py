@@ -65,7 +65,7 @@ class PresetMeasurement:
 
 @cache
 def facts() -> dict:
-    return json.loads(resources.files("mountwarden.core").joinpath(FACTS_FILE).read_text())
+    return json.loads(resources.files("mountwarden.core.options").joinpath(FACTS_FILE).read_text())
 
 
 def kernel_release() -> str:

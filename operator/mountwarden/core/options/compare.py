@@ -14,15 +14,21 @@ What the contract implies for an option it does not name is the kernel default.
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from mountwarden.core.options import (
+from mountwarden.core.options.normalize import (
     INHERITED_THROUGH_SUPERBLOCK,
     Severity,
     effective_value,
     format_canonical,
     normalize,
 )
-from mountwarden.core.optiontable import ATTRIBUTE_CACHE_TIMES, BY_NAME, Concern, OptionValue, exclusive_group
-from mountwarden.core.presets import EFS_METERING
+from mountwarden.core.options.presets import EFS_METERING
+from mountwarden.core.options.table import (
+    ATTRIBUTE_CACHE_TIMES,
+    BY_NAME,
+    Concern,
+    OptionValue,
+    exclusive_group,
+)
 
 _SEVERITY_BY_CONCERN = {
     Concern.CONSISTENCY: Severity.ERROR,

@@ -21,13 +21,12 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from mountwarden.core.options import Severity
+from mountwarden.core.options.normalize import Severity
+from mountwarden.core.options.table import DEFAULT_PER_FLOW_CAP_GBPS
 from mountwarden.core.procfs.mountstats import WRAPPED_COUNTER_FLOOR, MountstatsDevice
 
 GBIT = 1e9 / 8  # bytes per second in one Gbit/s
 MIB = 1024 * 1024
-#: Outside a cluster placement group (EC2 User Guide, "Amazon EC2 instance network bandwidth").
-DEFAULT_PER_FLOW_CAP_GBPS = 5.0
 #: nconnect arrived in Linux 5.3 ("NFS: Add a mount option to specify number of TCP connections to use").
 NCONNECT_SINCE = (5, 3)
 NCONNECT_MAX = 16  # the kernel's limit (fs/nfs/fs_context.c: NFS_MAX_CONNECTIONS)

@@ -2,9 +2,9 @@
 
 What the agent's `--check` and the operator's compliance share: each option that
 differs or that nobody declared, the kernel facts behind findings that no option
-comparison shows (see mountwarden.core.nodescan): a superblock shared with a mount
+comparison shows (see mountwarden.core.node.scan): a superblock shared with a mount
 of other options, an nconnect that the server's first mount (or the kernel) fixed,
-and how the mount is doing (mountwarden.core.mountactivity).
+and how the mount is doing (mountwarden.core.node.activity).
 """
 
 from collections.abc import Iterable, Mapping, Sequence
@@ -12,11 +12,16 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
-from mountwarden.core.compare import Finding, OriginHints, check
-from mountwarden.core.kubelet import KubeletPlugin, parse_volume_path
-from mountwarden.core.mountactivity import ProcessSamples, Thresholds, judge, nconnect_has_effect
-from mountwarden.core.options import INHERITED_THROUGH_SUPERBLOCK, Severity, format_canonical, normalize
-from mountwarden.core.optiontable import OptionValue
+from mountwarden.core.node.activity import ProcessSamples, Thresholds, judge, nconnect_has_effect
+from mountwarden.core.node.kubelet import KubeletPlugin, parse_volume_path
+from mountwarden.core.options.compare import Finding, OriginHints, check
+from mountwarden.core.options.normalize import (
+    INHERITED_THROUGH_SUPERBLOCK,
+    Severity,
+    format_canonical,
+    normalize,
+)
+from mountwarden.core.options.table import OptionValue
 
 
 class VolumeObservation(Protocol):

@@ -69,6 +69,9 @@ EXCLUSIVE_FLAGS: dict[str, tuple[str, ...]] = {
 }
 
 _U32 = 2**32 - 1
+#: What one TCP flow carries between EC2 instances outside a cluster placement group (EC2 User Guide, "Amazon
+#: EC2 instance network bandwidth"): the cap that nconnect spreads load past.
+DEFAULT_PER_FLOW_CAP_GBPS = 5.0
 
 
 def _spec(name: str, kind: Kind, origin: Origin, concern: Concern, meaning: str, consequence: str = "", **kw) -> OptionSpec:
