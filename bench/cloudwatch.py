@@ -12,11 +12,14 @@ batching code on the same plan. Writes bench/results/cloudwatch.json.
 import argparse
 import json
 import os
-import socket
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
 from moto.server import ThreadedMotoServer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.support import free_port  # noqa: E402
 
 from mountwarden.adapters.aws import (
     FileSystemFacts,
@@ -30,12 +33,6 @@ from mountwarden.core.credits import DEFAULT_HISTORY, GIB, ThroughputMode
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
 #: What the operator fetches by default (creditWatch.windowHours): two whole days.
 WINDOW = DEFAULT_HISTORY
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def main() -> None:

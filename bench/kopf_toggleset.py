@@ -73,7 +73,7 @@ def main() -> None:
     import kopf
 
     results = {"kopf": kopf.__version__, "unpatched": [asyncio.run(barrier(n)) for n in args.objects]}
-    from mountwarden.handlers.runner import wake_waiters_only_on_flips
+    from mountwarden.handlers.kopfpatch import wake_waiters_only_on_flips
 
     assert wake_waiters_only_on_flips(), "kopf's ToggleSet is not the one the patch was written for"
     results["patched"] = [asyncio.run(barrier(n)) for n in args.patched_objects]

@@ -45,6 +45,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.support import profile_body, wait_for  # noqa: E402
+
 GROUP, VERSION = "mountwarden.io", "v1alpha1"
 #: Names of this run's namespace, profile and PV prefix: unique, so that runs on one cluster never collide.
 NAMESPACE = PROFILE = f"bench-rollout-{os.getpid()}"
@@ -202,12 +204,9 @@ RUNBOOK = ROOT / "bench" / "runbook.sh"
 
 def profile(cache_policy: str) -> dict:
     # An NFS backend without an EFS file system: no credit watch, so no AWS call during the run.
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": "StorageProfile", "metadata": {"name": PROFILE},
-        "spec": {"backend": {"provisioner": "nfs.csi.k8s.io", "parameters": {"server": "nfs.bench", "share": "/"}},
-                 "cachePolicy": cache_policy,
-                 "rollout": {"strategy": "PatchBoundVolumes", "approval": "Automatic"}},
-    }
+    return profile_body(PROFILE, cache_policy, provisioner="nfs.csi.k8s.io",
+                        parameters={"server": "nfs.bench", "share": "/"},
+                        rollout={"strategy": "PatchBoundVolumes", "approval": "Automatic"})
 
 
 def options_of(cache_policy: str) -> tuple[list[str], list[str]]:
@@ -221,13 +220,7 @@ def options_of(cache_policy: str) -> tuple[list[str], list[str]]:
 
 
 def wait(condition, what: str, timeout: float = 300.0, interval: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(interval)
-    raise TimeoutError(f"timed out waiting for {what}")
+    return wait_for(condition, what=what, timeout=timeout, interval=interval)
 
 
 def install_crds(api) -> None:

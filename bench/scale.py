@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import admission, webhooktrace  # noqa: E402
 from bench.rollout import GROUP, MEMPROFILE_ENV, TRACE_ENV, VERSION, Operator, install_crds, wait  # noqa: E402
+from tests.support import profile_body  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 NAMESPACES = 10
@@ -52,11 +53,8 @@ MINIMAL_CHANGE_WRITES = 4
 
 
 def profile(name: str, cache_policy: str) -> dict:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": "StorageProfile", "metadata": {"name": name},
-        "spec": {"backend": {"provisioner": "nfs.csi.k8s.io", "parameters": {"server": "nfs.bench", "share": "/"}},
-                 "cachePolicy": cache_policy, "rollout": {"strategy": "PatchBoundVolumes", "approval": "Automatic"}},
-    }
+    return profile_body(name, cache_policy, provisioner="nfs.csi.k8s.io", parameters={"server": "nfs.bench", "share": "/"},
+                        rollout={"strategy": "PatchBoundVolumes", "approval": "Automatic"})
 
 
 class PeakRss:

@@ -29,7 +29,6 @@ import os
 import platform
 import sys
 import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -42,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.admission import percentile  # noqa: E402
 from bench.rollout import CPUPROFILE_ENV, Operator  # noqa: E402
+from tests.support import profile_body, wait_for  # noqa: E402
 
 GROUP, VERSION = "mountwarden.io", "v1alpha1"
 RUN = f"bench-webhook-{os.getpid()}"
@@ -62,9 +62,9 @@ def handler_latency(profiles: int, classes: int, samples: int) -> dict:
     import kopf
     from kopf._core.actions.execution import Outcome
     from kopf._core.engines.indexing import OperatorIndexer, OperatorIndexers
+    from tests.support import operator_context
 
     from mountwarden.handlers import admission, indexes
-    from mountwarden.handlers.config import OperatorConfig
 
     functions = {name: getattr(indexes, name) for name in
                  ("profiles_by_name", "profiles_by_consumer", "classes_by_name", "classes_by_profile", "default_classes",
@@ -114,9 +114,7 @@ def handler_latency(profiles: int, classes: int, samples: int) -> dict:
                                    "consumers": {"pvcSelector": {"matchLabels": {"app": f"app-{p}"}}}},
                           "status": {"storageClassName": f"profile-{p}-v{versions}", "version": versions}})
 
-    ready = threading.Event()
-    ready.set()
-    memo = kopf.Memo(config=OperatorConfig(), admission_ready=ready, webhook_registrar=None)
+    memo = operator_context()
     logger = logging.getLogger("bench")
     claims = [claim(i) for i in range(samples)]
     updates = [profile_update(i) for i in range(max(1, samples // 10))]
@@ -171,11 +169,7 @@ def install_crds(client) -> None:
 
 
 def wait(condition, what: str, timeout: float = 180.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(0.2)
+    wait_for(condition, what=what, timeout=timeout, interval=0.2)
 
 
 def warnings_of(core, namespace: str, body: dict) -> list[str]:
@@ -222,11 +216,9 @@ def end_to_end(kubeconfig: str, creates: int, classes: int, workdir: Path, cpu_p
     classes_seconds = time.monotonic() - started
     profiles = [f"{RUN}-{i}" for i in range(20)]
     for i, name in enumerate(profiles):
-        custom.create_cluster_custom_object(GROUP, VERSION, "storageprofiles", {
-            "apiVersion": f"{GROUP}/{VERSION}", "kind": "StorageProfile", "metadata": {"name": name},
-            "spec": {"backend": {"provisioner": NFS}, "cachePolicy": "staging",
-                     "consumers": {"namespaceSelector": {"matchLabels": {"team": RUN}},
-                                   "pvcSelector": {"matchLabels": {"app": f"app-{i}"}}}}})
+        custom.create_cluster_custom_object(GROUP, VERSION, "storageprofiles", profile_body(
+            name, "staging", provisioner=NFS, consumers={"namespaceSelector": {"matchLabels": {"team": RUN}},
+                                                         "pvcSelector": {"matchLabels": {"app": f"app-{i}"}}}))
 
     if cpu_profile:
         os.environ[CPUPROFILE_ENV] = str(cpu_profile.resolve())

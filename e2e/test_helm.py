@@ -28,7 +28,7 @@ from e2e.helpers import (
     whoami,
 )
 from tests.procroot import Mount, assemble_proc_root, pod_uid
-from tests.support import free_port, wait_for
+from tests.support import free_port, profile_body, wait_for
 
 from mountwarden.adapters.webhookconfig import render_enforcement
 from mountwarden.cli.operator import derived_priority
@@ -321,11 +321,9 @@ def test_one_replica_answers_and_the_standby_takes_over(cluster, release, operat
              what="the webhook Service routing to the active replica alone")
 
     # A deny profile: the active replica (as the chart's service account) makes its class and its Fail webhook.
-    profile = {"apiVersion": "mountwarden.io/v1alpha1", "kind": "StorageProfile", "metadata": {"name": "e2e-guarded"},
-               "spec": {"backend": {"provisioner": "nfs.csi.k8s.io",
-                                    "parameters": {"server": "nfs.example.internal", "share": "/exports"}},
-                        "cachePolicy": "staging", "enforcement": "deny",
-                        "consumers": {"pvcSelector": {"matchLabels": {"app": "e2e-guarded"}}}}}
+    profile = profile_body("e2e-guarded", "staging", provisioner="nfs.csi.k8s.io",
+                           parameters={"server": "nfs.example.internal", "share": "/exports"}, enforcement="deny",
+                           consumers={"pvcSelector": {"matchLabels": {"app": "e2e-guarded"}}})
     cluster.kubectl("apply", "-f", "-", input=json.dumps(profile))
     try:
         wait_for(lambda: cluster.kubectl("get", "storageclass", "e2e-guarded-v1", check=False).returncode == 0,

@@ -17,24 +17,17 @@ import pytest
 import yaml
 from tests.integration.moto_server import aligned_now, seed
 from tests.procsim import ProcRootSimulator
-from tests.support import GROUP, VERSION, wait_for
+from tests.support import profile_body, wait_for
 
 TIMEOUT = 180
 
 
 def profile(name, file_system_id, cache_policy, team, app, **spec):
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": "StorageProfile", "metadata": {"name": name},
-        "spec": {
-            "backend": {"provisioner": "efs.csi.aws.com",
-                        "parameters": {"provisioningMode": "efs-ap", "fileSystemId": file_system_id}},
-            "cachePolicy": cache_policy,
-            "consumers": {"namespaceSelector": {"matchLabels": {"team": team}},
-                          "pvcSelector": {"matchLabels": {"app": app}}},
-            "creditWatch": {"fileSystemId": file_system_id, "windowHours": 3},
-            **spec,
-        },
-    }
+    return profile_body(
+        name, cache_policy, parameters={"provisioningMode": "efs-ap", "fileSystemId": file_system_id},
+        consumers={"namespaceSelector": {"matchLabels": {"team": team}}, "pvcSelector": {"matchLabels": {"app": app}}},
+        creditWatch={"fileSystemId": file_system_id, "windowHours": 3}, **spec,
+    )
 
 
 def claim(namespace, name, storage_class, labels):

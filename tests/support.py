@@ -1,4 +1,4 @@
-"""Helpers shared by the integration and end-to-end tests: polling, clients, the operator process."""
+"""Helpers shared by the tests: polling, clients, the operator process and its context, StorageProfile bodies."""
 
 import os
 import signal
@@ -11,14 +11,35 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import kubernetes
-import pytest
+
+from mountwarden.api.nodemountreport import read_node_report
+from mountwarden.core.node.report import NodeReport
+from mountwarden.handlers.admission import AdmissionState
+from mountwarden.handlers.config import OperatorConfig
+from mountwarden.handlers.context import OperatorContext
+from mountwarden.handlers.posted import PostedFindings
 
 ROOT = Path(__file__).resolve().parents[1]
 GROUP, VERSION = "mountwarden.io", "v1alpha1"
 
 
+def operator_context(*, ready: bool = True, **fields) -> OperatorContext:
+    """The operator's context for handler tests, admission answering (``ready``); clients not given are None."""
+    admission = AdmissionState()
+    if ready:
+        admission.ready.set()
+    defaults = {"config": OperatorConfig(), "kube_client": None, "storage_classes": None, "conditions": None,
+                "posted_findings": PostedFindings(), "watches": None, "pods": None, "credit_fetcher": None,
+                "admission": admission}
+    return OperatorContext(**{**defaults, **fields})
+
+
+class WaitTimedOut(AssertionError):
+    """A condition never held: what was waited for, and the last value seen."""
+
+
 def wait_for(condition: Callable[[], object], *, timeout: float = 60.0, interval: float = 0.25, what: str = "") -> object:
-    """Poll until ``condition()`` is truthy; fail with ``what`` and the last value otherwise."""
+    """Poll until ``condition()`` is truthy and return it; WaitTimedOut with ``what`` and the last value otherwise."""
     deadline = time.monotonic() + timeout
     last: object = None
     while time.monotonic() < deadline:
@@ -26,7 +47,7 @@ def wait_for(condition: Callable[[], object], *, timeout: float = 60.0, interval
         if last:
             return last
         time.sleep(interval)
-    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what or condition}: last value {last!r}")
+    raise WaitTimedOut(f"timed out after {timeout:.0f}s waiting for {what or condition}: last value {last!r}")
 
 
 class Kube:
@@ -153,15 +174,30 @@ class OperatorProcess:
         assert self.process is not None and self.process.poll() is None, f"operator exited:\n{self.logs()[-4000:]}"
 
 
-def profile_body(name: str, cache_policy: str = "staging", **spec) -> dict:
+def report_spec(node: str, *, volumes: list[dict] = (), sqlite: list[dict] = (), **fields) -> dict:
+    """A NodeMountReport's spec as every agent writes it, the fields a test does not care about filled in."""
+    return {"nodeName": node, "scanTime": "2026-03-01T12:00:00Z", "agentVersion": "0.1.0",
+            "networkFstypes": ["nfs", "nfs4"], **fields,
+            "volumes": [{"plugin": "csi", "fstype": "nfs4", "source": "fs-1.efs:/", "optionsSource": "mountstats",
+                         **volume} for volume in volumes],
+            "sqlite": [{"severity": "warning", "mode": "unknown", "device": "0:50", "inode": 1, "message": "",
+                        "remedy": "", **database} for database in sqlite]}
+
+
+def read_report(node: str, **spec) -> "NodeReport":
+    """``report_spec`` read as the operator reads a report."""
+    return read_node_report(node, report_spec(node, **spec))
+
+
+def profile_body(name: str, cache_policy: str = "staging", *, provisioner: str = "efs.csi.aws.com",
+                 parameters: dict | None = None, **spec) -> dict:
+    """A StorageProfile; by default on EFS (with a file system, so its credit watch is on). ``spec`` adds fields."""
+    if parameters is None:
+        parameters = ({"provisioningMode": "efs-ap", "fileSystemId": "fs-0123456789abcdef0"}
+                      if provisioner == "efs.csi.aws.com" else {})
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "StorageProfile",
         "metadata": {"name": name},
-        "spec": {
-            "backend": {"provisioner": "efs.csi.aws.com",
-                        "parameters": {"provisioningMode": "efs-ap", "fileSystemId": "fs-0123456789abcdef0"}},
-            "cachePolicy": cache_policy,
-            **spec,
-        },
+        "spec": {"backend": {"provisioner": provisioner, "parameters": parameters}, "cachePolicy": cache_policy, **spec},
     }

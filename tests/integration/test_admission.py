@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 
 import kubernetes
 import pytest
-from tests.support import GROUP, VERSION, OperatorProcess, wait_for
+from tests.support import OperatorProcess, profile_body, wait_for
 
 from mountwarden.adapters.webhookconfig import PVC_WEBHOOK, render_enforcement
 from mountwarden.core.admission import ProfileEntry
@@ -40,10 +40,7 @@ def pvc(namespace: str, name: str, storage_class: str | None = PROBE_CLASS, *, l
 
 
 def profile(name: str, cache_policy: str = "cached", **spec) -> dict:
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "StorageProfile", "metadata": {"name": name},
-            "spec": {"backend": {"provisioner": "efs.csi.aws.com",
-                                 "parameters": {"provisioningMode": "efs-ap", "fileSystemId": "fs-0123456789abcdef0"}},
-                     "cachePolicy": cache_policy, **spec}}
+    return profile_body(name, cache_policy, **spec)
 
 
 def create(cluster, obj: dict, *, dry_run: bool = False) -> subprocess.CompletedProcess:

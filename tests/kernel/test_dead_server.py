@@ -29,9 +29,9 @@ from tests.kernel.conftest import boot, start_and_wait
 from tests.kernel.test_sqlite import HOLDER
 
 from mountwarden.agent.sqlitescan import STAT_TIMEOUT_SECONDS
+from mountwarden.api.nodemountreport import read_node_report
 from mountwarden.core.node.activity import Thresholds
 from mountwarden.core.node.check import check_volume
-from mountwarden.core.node.report import NodeReport
 from mountwarden.lab.experiments import EFS_LIKE, Lab
 from mountwarden.lab.livescan import TRY_POD_UID
 from mountwarden.lab.livescan import mount_point as try_mount_point
@@ -203,7 +203,7 @@ def test_the_pods_reader_is_seen_stuck_on_the_hard_volume(scan_while_stopped, st
 def test_the_check_makes_it_a_stuck_on_nfs_finding(scan_while_stopped, stopped):
     _, mounts = stopped
     report = scan_while_stopped.json()["spec"]
-    read = NodeReport.from_spec("lab", report)  # as the operator reads it
+    read = read_node_report("lab", report)  # as the operator reads it
     hard = read.at(mounts["hard"])
     findings = check_volume(hard, {}, thresholds=Thresholds(), kernel_release=read.kernel_release).findings
     stuck = [f for f in findings if f.reason == "StuckOnNFS"]
@@ -229,7 +229,7 @@ def test_the_soft_mounts_timeouts_are_counted_and_judged(stopped):
     soft = next(v for v in report["volumes"] if v["mountPoint"] == mounts["soft"])
     activity = soft["activity"]
     assert activity["majorTimeoutsPerSecond"] * activity["windowSeconds"] >= 1, activity
-    read = NodeReport.from_spec("lab", report)
+    read = read_node_report("lab", report)
     findings = check_volume(read.at(mounts["soft"]), {}, thresholds=Thresholds(),
                             kernel_release=read.kernel_release).findings
     unhealthy = [f for f in findings if f.reason == "TransportUnhealthy"]

@@ -19,6 +19,7 @@ from mountwarden.core.admission import (
     review_claim,
     review_profile,
 )
+from mountwarden.core.findings import Severity
 from mountwarden.core.policy import SpecProblem, resolve_policy
 from mountwarden.handlers.admission import profile_change
 
@@ -156,7 +157,7 @@ def test_a_pvc_two_profiles_govern_may_pick_either():
                                            *lineage("importer-fast", 1, current=1)])
     assert review_claim(claim("importer-fast-v1"), cluster).findings == ()
     review = review_claim(claim("gp3"), cluster)
-    assert [f.deny for f in review.findings] == [True, False]  # one line per profile, by name
+    assert [f.severity is Severity.ERROR for f in review.findings] == [True, False]  # denied, warned; by name
     assert review.denial.startswith("PVC importer/db is a consumer of StorageProfile importer-fast ")
 
 

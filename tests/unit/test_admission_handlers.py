@@ -7,7 +7,6 @@ function returns None, and these tests hold the functions to that rule.
 
 import asyncio
 import logging
-import threading
 
 import kopf
 import pytest
@@ -17,13 +16,15 @@ from kopf._core.engines.admission import serve_admission_request
 from kopf._core.engines.indexing import OperatorIndexer, OperatorIndexers
 from kopf._core.intents.causes import WebhookType
 from kopf._core.reactor.inventory import ResourceMemories
+from tests.support import operator_context
 
 from mountwarden.adapters.webhookconfig import PROFILE_WEBHOOK, PVC_WEBHOOK
 from mountwarden.core.admission import ClassEntry, ProfileEntry
 from mountwarden.core.policy import resolve_policy
 from mountwarden.handlers import admission, indexes
 from mountwarden.handlers.admission import resolve_mode
-from mountwarden.handlers.config import OperatorConfig, WebhookMode
+from mountwarden.handlers.config import WebhookMode
+from mountwarden.handlers.context import OperatorContext
 
 EFS = "efs.csi.aws.com"
 INDEXES = {
@@ -160,11 +161,8 @@ def test_credit_watch_file_system_wins_over_the_backend_parameter():
 # -- handlers -------------------------------------------------------------------------------------------
 
 
-def memo(ready: bool = True) -> kopf.Memo:
-    event = threading.Event()
-    if ready:
-        event.set()
-    return kopf.Memo(config=OperatorConfig(), admission_ready=event, webhook_registrar=None)
+def memo(ready: bool = True) -> OperatorContext:
+    return operator_context(ready=ready)
 
 
 @pytest.fixture
@@ -184,7 +182,7 @@ def pvc(namespace: str, storage_class: str) -> kopf.Body:
                       "spec": {"storageClassName": storage_class}})
 
 
-def validate_pvc(body: kopf.Body, indexes: Indexes, memo_: kopf.Memo) -> list[str]:
+def validate_pvc(body: kopf.Body, indexes: Indexes, memo_: OperatorContext) -> list[str]:
     warnings: list[str] = []
     asyncio.run(admission.validate_pvc(body=body, warnings=warnings, memo=memo_, logger=logging.getLogger("test"),
                                        **indexes.kwargs()))
@@ -290,7 +288,7 @@ def admission_request(namespace: str = "web", storage_class: str = "efs-sc", *, 
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": payload}
 
 
-def kopfs_answer(request: dict, indices: dict, memo_: kopf.Memo) -> dict:
+def kopfs_answer(request: dict, indices: dict, memo_: OperatorContext) -> dict:
     """What kopf's own path (serve_admission_request, validate_pvc registered as in production) answers."""
     registry = kopf.OperatorRegistry()
     kopf.on.validate("v1", "persistentvolumeclaims", operations=["CREATE"], id=PVC_WEBHOOK,

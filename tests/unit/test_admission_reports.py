@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import kopf
 import pytest
 from kubernetes.client import ApiException
+from tests.support import operator_context
 
 from mountwarden.adapters import peering
 from mountwarden.adapters.peering import ActiveReplica, replica_active
@@ -19,6 +20,7 @@ from mountwarden.adapters.webhookconfig import (
     render_enforcement,
     report_webhook,
 )
+from mountwarden.api.nodemountreport import report_write
 from mountwarden.core.admission import (
     NODE_NAME_EXTRA,
     ProfileEntry,
@@ -27,7 +29,7 @@ from mountwarden.core.admission import (
     service_account_username,
 )
 from mountwarden.handlers import admission
-from mountwarden.handlers.admission import AdmissionSettings, can_answer, keep_active_label
+from mountwarden.handlers.admission import AdmissionState, keep_active_label
 from mountwarden.handlers.config import OperatorConfig
 
 AGENT = "system:serviceaccount:mountwarden:mountwarden-agent"
@@ -77,8 +79,8 @@ def test_a_report_write_is_read_from_the_admission_request():
     body = {"metadata": {"name": "node-a"}, "spec": {"nodeName": "node-a"}}
     userinfo = {"username": AGENT, "uid": "u", "groups": ["system:serviceaccounts"],
                 "extra": {NODE_NAME_EXTRA: ["node-a"], "authentication.kubernetes.io/pod-name": ["agent-x"]}}
-    assert ReportWrite.from_request(body, userinfo) == ReportWrite("node-a", "node-a", AGENT, userinfo["extra"])
-    assert ReportWrite.from_request({"metadata": {"name": "n"}}, {"username": "u"}) == ReportWrite("n", None, "u", {})
+    assert report_write(body, userinfo) == ReportWrite("node-a", "node-a", AGENT, userinfo["extra"])
+    assert report_write({"metadata": {"name": "n"}}, {"username": "u"}) == ReportWrite("n", None, "u", {})
 
 
 @pytest.mark.parametrize(("reference", "username"), [
@@ -100,7 +102,8 @@ def test_malformed_service_accounts_are_refused(reference):
 
 def validate_report(body: dict, userinfo: dict, agent: str | None = AGENT) -> list[str]:
     warnings: list[str] = []
-    memo = kopf.Memo(admission_settings=AdmissionSettings(agent_username=agent))
+    memo = operator_context(config=OperatorConfig(agent_service_account=agent.removeprefix(
+        "system:serviceaccount:") if agent else None))
     asyncio.run(admission.validate_report(body=kopf.Body(body), userinfo=userinfo, warnings=warnings, memo=memo))
     return warnings
 
@@ -119,14 +122,21 @@ def test_the_handler_admits_the_own_report_and_anyone_else():
 
 
 def test_settings_come_from_the_operator_config():
-    settings = AdmissionSettings.from_config(OperatorConfig(
+    config = OperatorConfig(
         agent_service_account="mountwarden:mountwarden-agent", webhook_service="mountwarden/mountwarden-webhook",
         enforce_configuration="mountwarden-enforce", active_label="mountwarden.io/active",
-    ))
-    assert settings == AdmissionSettings(
-        agent_username=AGENT, webhook_service={"namespace": "mountwarden", "name": "mountwarden-webhook", "port": 443},
-        enforce_configuration="mountwarden-enforce", active_label="mountwarden.io/active")
-    assert AdmissionSettings.from_config(OperatorConfig()) == AdmissionSettings()
+    )
+    assert (config.agent_username, config.webhook_service_ref) == (
+        AGENT, {"namespace": "mountwarden", "name": "mountwarden-webhook", "port": 443})
+    assert (config.enforce_configuration, config.active_label) == ("mountwarden-enforce", "mountwarden.io/active")
+    assert (OperatorConfig().agent_username, OperatorConfig().webhook_service_ref) == (None, None)
+
+
+def test_a_malformed_setting_is_refused_naming_its_flag():
+    with pytest.raises(ValueError, match="--webhook-service: expected the webhook Service as NAMESPACE/NAME"):
+        OperatorConfig(webhook_service="no-namespace")
+    with pytest.raises(ValueError, match="--agent-service-account: expected a service account as NAMESPACE:NAME"):
+        OperatorConfig(agent_service_account="agent")
 
 
 # -- the webhook configurations -------------------------------------------------------------------------
@@ -333,18 +343,17 @@ def test_the_label_is_written_first_and_on_changes_only():
 
 
 def test_only_the_active_replica_with_filled_indexes_may_answer():
-    ready = threading.Event()
-    memo = kopf.Memo(admission_ready=ready, replica_active=lambda: True)
-    assert not can_answer(memo)
-    ready.set()
-    assert can_answer(memo)
-    memo.replica_active = lambda: False
-    assert not can_answer(memo)
+    admission = AdmissionState(replica_active=lambda: True)
+    assert not admission.can_answer()
+    admission.ready.set()
+    assert admission.can_answer()
+    admission.replica_active = lambda: False
+    assert not admission.can_answer()
 
 
 def test_the_label_loop_follows_the_replica_and_unlabels_on_the_way_out():
     label, api = pod_label()
-    ready, stop = threading.Event(), threading.Event()
+    stop = threading.Event()
     states = iter([False, True, True])
     refreshed: list[bool] = []
 
@@ -359,8 +368,8 @@ def test_the_label_loop_follows_the_replica_and_unlabels_on_the_way_out():
             return True
         return value
 
-    ready.set()
-    memo = kopf.Memo(admission_ready=ready, replica_active=active, webhook_registrar=Registrar())
-    keep_active_label(memo, label, stop, logger=None, interval=0)
+    admission = AdmissionState(replica_active=active, registrar=Registrar())
+    admission.ready.set()
+    keep_active_label(admission, label, stop, logger=None, interval=0)
     assert [p["metadata"]["labels"]["mountwarden.io/active"] for p in api.patches] == [None, "true", None]
     assert refreshed == [True]  # becoming active rewrites the deny webhooks once

@@ -5,7 +5,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -14,6 +13,7 @@ import urllib.request
 
 import pytest
 from tests.procroot import Mount, assemble_proc_root, pod_uid
+from tests.support import free_port
 
 from mountwarden.agent.loop import Agent, AgentSettings, PrintedReport, run_agent
 from mountwarden.agent.report import RefusedWrite, WriteOutcome
@@ -98,12 +98,6 @@ def test_dry_run_prints_the_object_that_would_be_written(tmp_path):
     body = json.loads(out.getvalue())
     assert body["metadata"] == {"name": "node-a"}
     assert body["spec"]["volumes"][0]["podUid"] == pod_uid("a")
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def scrape(port):

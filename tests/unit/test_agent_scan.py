@@ -16,7 +16,7 @@ from mountwarden.agent.scan import (
     resolve_on_host,
     scan_node_report,
 )
-from mountwarden.api.nodemountreport import NodeMountReportSpec, SqliteFinding
+from mountwarden.api.nodemountreport import NodeMountReportSpec, SqliteDatabase
 
 ROOT = "/var/lib/kubelet"
 INT64_MAX = 2**63 - 1
@@ -95,7 +95,7 @@ def test_the_sqlite_seam_gets_the_network_mounts_and_its_findings_are_reported(t
 
     def sqlite_scan(proc, network_mounts):
         seen.extend(network_mounts)
-        return [SqliteFinding(severity="warning", mode="rollback", device=network_mounts[0].superblock, inode=42,
+        return [SqliteDatabase(severity="warning", mode="rollback", device=network_mounts[0].superblock, inode=42,
                               pod_uid=network_mounts[0].kubelet.pod_uid, message="in use", remedy="move it")]
 
     spec = report(assembled.path, sqlite_scan=sqlite_scan).spec

@@ -103,7 +103,8 @@ def test_info_findings_keep_compliance():
 def test_to_dict_shape():
     result = check({"hard": True}, observed("soft")).to_dict()
     assert result["compliant"] is False
-    assert set(result["findings"][0]) == {"option", "expected", "actual", "severity", "message", "undeclared"}
+    assert set(result["findings"][0]) == {"reason", "option", "expected", "actual", "severity", "message", "remedy",
+                                          "undeclared", "other_mounts", "evidence"}
 
 
 # -- options nobody declared ------------------------------------------------------------------------

@@ -4,10 +4,13 @@ from datetime import UTC, datetime
 
 import pytest
 from tests.procroot import Mount, assemble_proc_root, pod_uid
+from tests.support import read_report
 
 from mountwarden.adapters.procreader import ProcRoot
 from mountwarden.agent.report import content
 from mountwarden.agent.scan import scan_node_report
+from mountwarden.api.nodemountreport import read_node_report
+from mountwarden.api.storageprofile import StorageProfileSpec
 from mountwarden.core.credits import KIB, MIB
 from mountwarden.core.credits.consumers import (
     ReportedVolume,
@@ -15,9 +18,8 @@ from mountwarden.core.credits.consumers import (
     estimate_metering,
     reported_volumes,
     summarize_consumers,
-    watched_file_system,
 )
-from mountwarden.core.node.report import NodeReport, OperationCounters
+from mountwarden.core.node.report import OperationCounters
 
 FS, OTHER_FS = "fs-0123456789abcdef0", "fs-0fedcba987654321f"
 
@@ -59,12 +61,11 @@ def wire_volume(pod, volume, superblock, age, operations):
 
 
 def test_a_reports_counters_are_read_and_broken_ones_dropped():
-    spec = {"scanTime": "2026-12-01T10:00:00Z", "volumes": [
+    volumes = reported_volumes(read_report("node-1", scanTime="2026-12-01T10:00:00Z", volumes=[
         wire_volume("uid-a", "pv-a", "0:101", 100, {"WRITE": (10, 40960, 1000)}),
         {**wire_volume("uid-c", "pv-c", "0:102", None, {}),
          "operations": {"READ": {"ops": -1}, "GETATTR": {"ops": 3}, "LOCK": "not totals"}},
-    ]}
-    volumes = reported_volumes(NodeReport.from_spec("node-1", spec))
+    ]))
     assert [v.volume_name for v in volumes] == ["pv-a", "pv-c"]
     first = volumes[0]
     assert (first.node, first.pod_uid, first.superblock, first.age_seconds) == ("node-1", "uid-a", "0:101", 100)
@@ -73,7 +74,7 @@ def test_a_reports_counters_are_read_and_broken_ones_dropped():
     # The negative count and the malformed totals are dropped; the mount's age is unknown.
     assert volumes[1].operations == {"GETATTR": OperationCounters(3)}
     assert volumes[1].age_seconds is None
-    assert reported_volumes(NodeReport.from_spec("node-1", {"scanTime": "2026-12-01T10:00:00Z"})) == []
+    assert reported_volumes(read_report("node-1", scanTime="2026-12-01T10:00:00Z")) == []
 
 
 OWNERS = VolumeOwners.from_mappings(
@@ -146,10 +147,15 @@ def test_reports_of_an_older_agent_have_totals_but_no_rate_and_say_so():
 
 
 def test_the_file_system_a_profile_watches():
-    assert watched_file_system({"creditWatch": {"fileSystemId": FS, "region": "eu-west-1"}}) == (FS, "eu-west-1")
+    def watched_file_system(spec: dict) -> tuple[str, str] | None:
+        return StorageProfileSpec.model_validate(spec).watched_file_system()
+
+    nfs = {"provisioner": "nfs.csi.k8s.io", "parameters": {"fileSystemId": "fs-00000000"}}
+    assert watched_file_system({"backend": nfs, "creditWatch": {"fileSystemId": FS, "region": "eu-west-1"}}) == (
+        FS, "eu-west-1")
     efs = {"backend": {"provisioner": "efs.csi.aws.com", "parameters": {"fileSystemId": FS}}}
     assert watched_file_system(efs) == (FS, "")
-    assert watched_file_system({"backend": {"provisioner": "nfs.csi.k8s.io", "parameters": {}}}) is None
+    assert watched_file_system({"backend": nfs}) is None  # a fileSystemId parameter of anything but EFS is not one
 
 
 def test_the_agent_reports_byte_counters_and_mount_age_from_real_mountstats(tmp_path):
@@ -169,7 +175,7 @@ def test_the_agent_reports_byte_counters_and_mount_age_from_real_mountstats(tmp_
     # The mount age grows every scan, like the counters: it is no reason to rewrite the report.
     assert "ageSeconds" not in str(content(spec))
 
-    volumes = {v.volume_name: v for v in reported_volumes(NodeReport.from_spec("node-1", wire))}
+    volumes = {v.volume_name: v for v in reported_volumes(read_node_report("node-1", wire))}
     c_estimate = estimate_metering(volumes["pv-c"].operations)
     assert c_estimate.metadata_ops == 596338 + 145712 + 2553 + 1698 + 34 + 1 + 1
     assert c_estimate.metered_bytes == 746_337 * 4 * KIB

@@ -9,7 +9,7 @@ from mountwarden.api.storageprofile import RolloutWorkload
 from mountwarden.cli.docs import rendered
 from mountwarden.core.compliance import ComplianceReason, VerdictReason
 from mountwarden.core.credits import CreditState, ProblemReason
-from mountwarden.core.node.check import VolumeFindingReason
+from mountwarden.core.findings import Reason
 from mountwarden.core.rollout import Phase
 from mountwarden.core.sqlite import LOCAL_VOLUME_YAML, REMEDY, WAL_REMEDY
 
@@ -35,7 +35,7 @@ def rollout_reasons() -> set[str]:
 
 
 def test_the_runbook_has_an_entry_for_every_reason():
-    enums = (VolumeFindingReason, VerdictReason, ComplianceReason, CreditState, ProblemReason, Phase)
+    enums = (Reason, VerdictReason, ComplianceReason, CreditState, ProblemReason, Phase)
     reasons = {str(r) for enum in enums for r in enum} | HANDLER_REASONS | rollout_reasons()
     missing = sorted(reasons - HEADINGS)
     assert not missing, f"docs/runbook.md has no '### <reason>' entry for {missing}"
@@ -91,3 +91,16 @@ def test_the_runbook_and_the_sqlite_finding_give_the_same_local_volume_yaml():
     # The finding carries the generic ephemeral volume commented out, so that its YAML applies as it is.
     assert "\n".join("#" + line for line in ephemeral.splitlines()) in LOCAL_VOLUME_YAML
     assert LOCAL_VOLUME_YAML in REMEDY and WAL_REMEDY.startswith(REMEDY)
+
+
+def test_the_code_map_states_the_layers_import_linter_enforces():
+    """docs/concepts.md's table of directories, top to bottom, is the layers contract of pyproject.toml."""
+    import tomllib
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (layers,) = [c["layers"] for c in contracts if c["type"] == "layers" and "mountwarden.cli" in c["layers"]]
+    enforced = [{name.strip().removeprefix("mountwarden.") for name in layer.split("|")} for layer in layers]
+    concepts = (ROOT / "docs" / "concepts.md").read_text()
+    table = concepts.split("## Where the code lives", 1)[1].split("\n\n")[2]
+    stated = [set(re.findall(r"`(\w+)/`", row.split("|")[1])) for row in table.splitlines()[2:]]
+    assert stated == enforced, f"docs/concepts.md states {stated}, import-linter enforces {enforced}"

@@ -7,7 +7,7 @@ from pathlib import Path
 import kopf
 from kopf._cogs.aiokits import aiotoggles
 
-from mountwarden.handlers.runner import (
+from mountwarden.handlers.kopfpatch import (
     KOPF_PINNED,
     TOGGLESET_METHODS,
     TOGGLESET_SOURCE_SHA256,
@@ -69,7 +69,7 @@ def test_the_patched_kopf_methods_are_the_ones_the_patch_was_written_for():
     assert kopf.__version__ == KOPF_PINNED, f"kopf {kopf.__version__} is installed, the patch was written for {KOPF_PINNED}"
     assert toggleset_source_digest() == TOGGLESET_SOURCE_SHA256, (
         f"kopf {kopf.__version__}'s ToggleSet methods {TOGGLESET_METHODS} differ from those the patch in "
-        "mountwarden.handlers.runner was written for")
+        "mountwarden.handlers.kopfpatch was written for")
 
 
 def test_the_pin_in_pyproject_is_exact_and_names_the_patched_release():
@@ -79,7 +79,7 @@ def test_the_pin_in_pyproject_is_exact_and_names_the_patched_release():
 
 
 def test_a_kopf_with_other_toggleset_source_is_left_unpatched(monkeypatch):
-    from mountwarden.handlers import runner
+    from mountwarden.handlers import kopfpatch as runner
 
     monkeypatch.setattr(runner, "TOGGLESET_SOURCE_SHA256", "0" * 64)
     monkeypatch.delattr(aiotoggles.ToggleSet, "wakes_only_on_flips", raising=False)

@@ -23,7 +23,7 @@ LOCKS = ROOT / "requirements"
 #: How uv's "# via" notes name the inputs (hack/lock.sh): the project's tables, and the build-system list.
 FROM_PROJECT = "mountwarden (pyproject.toml)"
 FROM_BUILD_SYSTEM = "-r requirements/pyproject-build-system.in"
-#: kopf is pinned exactly: mountwarden.handlers.runner patches its private ToggleSet.
+#: kopf is pinned exactly: mountwarden.handlers.kopfpatch patches its private ToggleSet.
 EXACT = {"kopf"}
 
 
@@ -116,7 +116,7 @@ def test_kopf_is_pinned_exactly_because_a_private_class_is_patched(dev):
             (spec,) = req.specifier
             assert spec.operator == "==", f"pyproject.toml: pin {req.name} exactly (==), not '{req.specifier}'"
             assert [pin.version for pin in dev[canonicalize_name(req.name)]] == [Version(spec.version)]
-    assert "ToggleSet" in (ROOT / "operator/mountwarden/handlers/runner.py").read_text(), (
+    assert "ToggleSet" in (ROOT / "operator/mountwarden/handlers/kopfpatch.py").read_text(), (
         "the private kopf class is no longer patched: drop the exact pin and this test")
 
 

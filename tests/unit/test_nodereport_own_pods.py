@@ -1,17 +1,19 @@
 """A node's report is believed only about pods scheduled on that node (core.nodereport.of_own_pods)."""
 
+from tests.support import read_report
+
 from mountwarden.core.node.report import NodeReport, of_own_pods
 
 NODES = {"uid-here": "node-a", "uid-there": "node-b", "uid-pending": ""}
 
 
 def report(*entries: tuple[str | None, str]) -> NodeReport:
-    return NodeReport.from_spec("node-a", {
-        "scanTime": "2026-03-01T12:00:00Z",
-        "volumes": [{"podUid": uid, "volumeName": volume, "mountPoint": f"/m/{volume}", "superblock": "0:50",
-                     "effectiveOptions": ["vers=4.1"]} for uid, volume in entries],
-        "sqlite": [{"podUid": uid, "volumeName": volume, "path": f"/m/{volume}/db"} for uid, volume in entries],
-    })
+    return read_report(
+        "node-a",
+        volumes=[{"podUid": uid, "volumeName": volume, "mountPoint": f"/m/{volume}", "superblock": "0:50",
+                  "effectiveOptions": ["vers=4.1"]} for uid, volume in entries],
+        sqlite=[{"podUid": uid, "volumeName": volume, "path": f"/m/{volume}/db"} for uid, volume in entries],
+    )
 
 
 def test_entries_of_pods_on_other_nodes_unscheduled_or_unknown_are_dropped_and_said_why():

@@ -9,10 +9,12 @@ from tests.procroot import (
     pod_uid,
     sample_path,
 )
+from tests.support import read_report
 
 from mountwarden.api.nodemountreport import MountedVolume
-from mountwarden.core.node.check import VolumeFindingReason, check_volume
-from mountwarden.core.node.report import NodeReport, ReportedMount
+from mountwarden.core.findings import Reason
+from mountwarden.core.node.check import check_volume
+from mountwarden.core.node.report import ReportedMount
 from mountwarden.core.node.scan import (
     NodeVolume,
     OptionsSource,
@@ -302,7 +304,7 @@ def test_options_that_differ_without_sharing_are_option_mismatches_only():
     result = check_volume(volume_with(STRICT_MOUNT), CACHED_ON_EFS)
 
     assert not result.compliant
-    assert set(reasons(result)) == {VolumeFindingReason.OPTION_MISMATCH}
+    assert set(reasons(result)) == {Reason.OPTION_MISMATCH}
     assert {f.option for f in result.findings} >= {"acregmin", "lookupcache"}
     assert all("restart the pod" in f.remedy for f in result.findings)
 
@@ -314,7 +316,7 @@ INHERITED_TIMEO_MOUNT = CACHED_MOUNT.replace("timeo=600", "timeo=100")
 def test_options_that_differ_on_a_shared_superblock_name_the_other_consumer():
     result = check_volume(volume_with(INHERITED_TIMEO_MOUNT, shared_with=[OTHER_POD]), CACHED_ON_EFS)
 
-    (shared,) = [f for f in result.findings if f.reason is VolumeFindingReason.SUPERBLOCK_SHARED]
+    (shared,) = [f for f in result.findings if f.reason is Reason.SUPERBLOCK_SHARED]
     assert shared.other_mounts == (OTHER_POD,)
     assert f"pod {B}, volume pv-a" in shared.message
     assert "timeo=600" in shared.message
@@ -327,14 +329,14 @@ def test_a_shared_superblock_is_not_blamed_for_options_the_kernel_compares():
     # mount sharing this one asked for the strict options too, so the PV is to blame, not the sharing.
     result = check_volume(volume_with(STRICT_MOUNT, shared_with=[OTHER_POD]), CACHED_ON_EFS)
 
-    assert set(reasons(result)) == {VolumeFindingReason.OPTION_MISMATCH}
+    assert set(reasons(result)) == {Reason.OPTION_MISMATCH}
 
 
 def test_sharing_with_a_staging_mount_or_a_host_mount_says_what_they_are():
     staging = f"{ROOT}/plugins/kubernetes.io/csi/efs.csi.aws.com/{'ab' * 32}/globalmount"
     result = check_volume(volume_with(INHERITED_TIMEO_MOUNT, shared_with=[staging, "/mnt/efs"]), CACHED_ON_EFS)
 
-    (shared,) = [f for f in result.findings if f.reason is VolumeFindingReason.SUPERBLOCK_SHARED]
+    (shared,) = [f for f in result.findings if f.reason is Reason.SUPERBLOCK_SHARED]
     assert "staging mount of CSI driver efs.csi.aws.com" in shared.message
     assert "/mnt/efs (not a pod volume)" in shared.message
 
@@ -343,7 +345,7 @@ def test_a_warning_only_drift_shares_at_warning_severity():
     result = check_volume(volume_with(CACHED_MOUNT.replace("noresvport", "resvport"), shared_with=[OTHER_POD]),
                           CACHED_ON_EFS)
 
-    (shared,) = [f for f in result.findings if f.reason is VolumeFindingReason.SUPERBLOCK_SHARED]
+    (shared,) = [f for f in result.findings if f.reason is Reason.SUPERBLOCK_SHARED]
     assert shared.severity is Severity.WARNING
     assert "noresvport" in shared.message
 
@@ -353,7 +355,7 @@ def test_information_only_findings_do_not_blame_the_superblock():
     declared = {**CACHED_ON_EFS, "tls": True}
     result = check_volume(volume_with(CACHED_MOUNT, shared_with=[OTHER_POD]), declared)
 
-    assert VolumeFindingReason.SUPERBLOCK_SHARED not in reasons(result)
+    assert Reason.SUPERBLOCK_SHARED not in reasons(result)
 
 
 def test_forbidden_and_required_options_count_as_drift():
@@ -361,10 +363,10 @@ def test_forbidden_and_required_options_count_as_drift():
                           forbidden=["nolock"], required=["soft"])
 
     assert not result.compliant
-    assert {f.option for f in result.findings if f.reason is VolumeFindingReason.OPTION_MISMATCH} >= {
+    assert {f.option for f in result.findings if f.reason is Reason.OPTION_MISMATCH} >= {
         "nolock", "soft"}
     # Only timeo could have come from the shared superblock; nolock and soft are the mount's own.
-    (shared,) = [f for f in result.findings if f.reason is VolumeFindingReason.SUPERBLOCK_SHARED]
+    (shared,) = [f for f in result.findings if f.reason is Reason.SUPERBLOCK_SHARED]
     assert "timeo=600" in shared.message and "nolock" not in shared.message
 
 
@@ -372,7 +374,7 @@ def test_nconnect_ignored_when_another_mount_of_the_server_came_first():
     declared = {**CACHED_ON_EFS, "nconnect": 8}
     result = check_volume(volume_with(CACHED_MOUNT + ",nconnect=1", connections=1, server_mounts=3), declared)
 
-    (ignored,) = [f for f in result.findings if f.reason is VolumeFindingReason.NCONNECT_IGNORED]
+    (ignored,) = [f for f in result.findings if f.reason is Reason.NCONNECT_IGNORED]
     assert (ignored.expected, ignored.actual, ignored.severity) == (8, 1, Severity.WARNING)
     assert "2 other mount(s)" in ignored.message and "fs-1.efs" in ignored.message
 
@@ -385,7 +387,7 @@ def test_nconnect_not_blamed_on_other_mounts(declared_nconnect, connections, ser
     declared = dict(CACHED_ON_EFS) if declared_nconnect is None else {**CACHED_ON_EFS, "nconnect": declared_nconnect}
     result = check_volume(volume_with(CACHED_MOUNT, connections=connections, server_mounts=server_mounts), declared)
 
-    assert VolumeFindingReason.NCONNECT_IGNORED not in reasons(result)
+    assert Reason.NCONNECT_IGNORED not in reasons(result)
 
 
 def test_the_operator_can_check_a_reported_volume_as_is():
@@ -397,7 +399,7 @@ def test_the_operator_can_check_a_reported_volume_as_is():
     )
     result = check_volume(reported, {**CACHED_ON_EFS, "nconnect": 4})
 
-    assert {VolumeFindingReason.SUPERBLOCK_SHARED, VolumeFindingReason.NCONNECT_IGNORED} <= set(reasons(result))
+    assert {Reason.SUPERBLOCK_SHARED, Reason.NCONNECT_IGNORED} <= set(reasons(result))
     assert result.to_dict()["compliant"] is False
 
 
@@ -408,7 +410,7 @@ def test_a_scanned_node_checks_end_to_end(node):
 
     result = check_volume(volumes[assembled.mount_point(mounts[0])], strict)
 
-    shared = [f for f in result.findings if f.reason is VolumeFindingReason.SUPERBLOCK_SHARED]
+    shared = [f for f in result.findings if f.reason is Reason.SUPERBLOCK_SHARED]
     assert shared and shared[0].other_mounts == (assembled.mount_point(mounts[1]),)
 
 
@@ -416,11 +418,11 @@ def test_an_undeclared_sync_is_its_own_reason_and_not_blamed_on_the_superblock()
     result = check_volume(volume_with(CACHED_MOUNT.replace("rw,", "rw,sync,"), shared_with=[OTHER_POD]),
                           CACHED_ON_EFS, pv_mount_options=["vers=4.1", "sync"], storage_class="importer-v1")
 
-    (undeclared,) = [f for f in result.findings if f.reason is VolumeFindingReason.UNDECLARED_OPTION]
+    (undeclared,) = [f for f in result.findings if f.reason is Reason.UNDECLARED_OPTION]
     assert undeclared.option == "sync" and undeclared.severity is Severity.ERROR
     assert "The PersistentVolume's spec.mountOptions (StorageClass importer-v1) carry it" in undeclared.message
     assert "Remove the option where it comes from" in undeclared.remedy
-    assert VolumeFindingReason.SUPERBLOCK_SHARED not in reasons(result)
+    assert Reason.SUPERBLOCK_SHARED not in reasons(result)
 
 
 def reported_with(**fields) -> ReportedMount:
@@ -429,8 +431,8 @@ def reported_with(**fields) -> ReportedMount:
         pod_uid=A, volume_name="pv-a", plugin="csi", mount_point=f"{ROOT}/pods/{A}/volumes/kubernetes.io~csi/pv-a/mount",
         fstype="nfs4", source="fs-1.efs:/", server="fs-1.efs", export="/", superblock="0:101",
         effective_options=CACHED_MOUNT.split(","), options_source="mountstats", connections=1, **fields)
-    spec = {"scanTime": "2026-03-01T00:00:00Z", "volumes": [volume.model_dump(mode="json", by_alias=True)]}
-    (mount,) = NodeReport.from_spec("node-a", spec).mounts
+    (mount,) = read_report("node-a", scanTime="2026-03-01T00:00:00Z",
+                           volumes=[volume.model_dump(mode="json", by_alias=True)]).mounts
     return mount
 
 
@@ -449,8 +451,8 @@ def test_a_reported_plateau_transport_and_stuck_processes_are_findings_that_are_
                                                                         file_system_limit_gbps=12.58),
                           kernel_release="6.1.0-57-amd64")
 
-    assert reasons(result) == [VolumeFindingReason.THROUGHPUT_PLATEAU, VolumeFindingReason.TRANSPORT_UNHEALTHY,
-                               VolumeFindingReason.STUCK_ON_NFS]
+    assert reasons(result) == [Reason.THROUGHPUT_PLATEAU, Reason.TRANSPORT_UNHEALTHY,
+                               Reason.STUCK_ON_NFS]
     plateau = result.findings[0]
     assert "nconnect=4: ceil(min of the instance bandwidth 25 Gbit/s" in plateau.remedy
     assert f"pod {A}" in result.findings[2].message and "did not answer" in result.findings[2].message
@@ -469,5 +471,5 @@ def test_nconnect_on_a_kernel_before_5_3():
     result = check_volume(volume_with(CACHED_MOUNT, connections=1, server_mounts=1), declared,
                           kernel_release="4.14.355-275.582.amzn2.x86_64")
 
-    (ignored,) = [f for f in result.findings if f.reason is VolumeFindingReason.NCONNECT_IGNORED]
+    (ignored,) = [f for f in result.findings if f.reason is Reason.NCONNECT_IGNORED]
     assert "this node runs Linux 4.14.355-275.582.amzn2.x86_64: nconnect arrived in 5.3" in ignored.message

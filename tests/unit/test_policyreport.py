@@ -8,16 +8,14 @@ import pytest
 import yaml
 
 from mountwarden.core.compliance import Consumer, Verdict, VolumeState
-from mountwarden.core.node.check import VolumeFinding, VolumeFindingReason
+from mountwarden.core.findings import Finding, Reason, Severity, Subject
 from mountwarden.core.node.report import SqliteUse
-from mountwarden.core.options.normalize import Severity
 from mountwarden.core.policyreport import (
     PolicyReportBook,
-    ReportFinding,
-    Subject,
     compliance_findings,
     credit_findings,
     report_body,
+    report_of,
 )
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
@@ -29,39 +27,40 @@ def consumer(pod="importer-0", namespace="data", volume="pv-1", node="node-a"):
     return Consumer(f"uid-{pod}", namespace, pod, node, volume)
 
 
-def drift(reason=VolumeFindingReason.OPTION_MISMATCH, severity=Severity.ERROR, option="acregmax"):
-    return VolumeFinding(reason, severity, f"{option} is 60, the profile declares 3", "Remount the volume.",
-                         option=option)
+def drift(reason=Reason.OPTION_MISMATCH, severity=Severity.ERROR, option="acregmax"):
+    return Finding(reason, severity, f"{option} is 60, the profile declares 3", "Remount the volume.", option=option)
 
 
 def drifted(pod="importer-0", namespace="data", *findings, sqlite=()):
-    return Verdict(consumer(pod, namespace), VolumeState.DRIFTED, "OptionMismatch", "", tuple(findings), tuple(sqlite))
+    """A drifted verdict as assess makes it: the SQLite databases in use among its findings too."""
+    return Verdict(consumer(pod, namespace), VolumeState.DRIFTED, "OptionMismatch", "",
+                   (*findings, *(use.finding() for use in sqlite)), tuple(sqlite))
 
 
 def test_every_warning_or_error_of_a_volume_is_one_finding_on_its_pod():
-    verdict = drifted("importer-0", "data", drift(), drift(VolumeFindingReason.SUPERBLOCK_SHARED, Severity.WARNING),
+    verdict = drifted("importer-0", "data", drift(), drift(Reason.SUPERBLOCK_SHARED, Severity.WARNING),
                       drift(severity=Severity.INFO, option="rsize"))
     findings = compliance_findings("importer-scratch", [verdict])
-    assert [(f.rule, f.severity) for f in findings] == [("OptionMismatch", "error"), ("SuperblockShared", "warning")]
+    assert [(f.reason, f.severity) for f in findings] == [("OptionMismatch", "error"), ("SuperblockShared", "warning")]
     assert findings[0].subject == Subject("Pod", "importer-0", "data", "uid-importer-0")
-    assert findings[0].properties == {"node": "node-a", "volume": "pv-1", "option": "acregmax"}
+    assert findings[0].evidence == {"node": "node-a", "volume": "pv-1", "option": "acregmax"}
     assert findings[0].message == "pv-1 on node-a: acregmax is 60, the profile declares 3 Remount the volume."
-    assert all(f.profile == "importer-scratch" and f.report == "data" for f in findings)
+    assert all(f.profile == "importer-scratch" and report_of(f) == "data" for f in findings)
 
 
 def test_sqlite_on_nfs_is_a_finding_and_a_compliant_volume_without_it_is_none():
-    use = SqliteUse("uid-db", "pv-1", "critical", "wal", "/data/app.db", "WAL needs shared memory")
-    with_db = Verdict(consumer("db"), VolumeState.COMPLIANT, "Compliant", "", (), (use,))
+    use = SqliteUse("uid-db", "pv-1", Severity.CRITICAL, "wal", "/data/app.db", "WAL needs shared memory")
+    with_db = Verdict(consumer("db"), VolumeState.COMPLIANT, "Compliant", "", (use.finding(),), (use,))
     clean = Verdict(consumer("web"), VolumeState.COMPLIANT, "Compliant", "")
     (finding,) = compliance_findings("scratch", [with_db, clean])
-    assert (finding.rule, finding.severity, finding.subject.name) == ("SQLiteOnNFS", "critical", "db")
-    assert finding.properties == {"node": "node-a", "volume": "pv-1", "mode": "wal", "path": "/data/app.db"}
+    assert (finding.reason, finding.severity, finding.subject.name) == ("SQLiteOnNFS", "critical", "db")
+    assert finding.evidence == {"node": "node-a", "volume": "pv-1", "mode": "wal", "path": "/data/app.db"}
 
 
 @pytest.mark.parametrize(("state", "severity"), [("Draining", "warning"), ("Empty", "error"), ("Trap", "error")])
 def test_draining_credits_are_a_finding_on_the_cluster_scoped_profile(state, severity):
     (finding,) = credit_findings("importer-scratch", {"state": state, "fileSystemId": "fs-1", "message": "empty in 3 h"})
-    assert (finding.rule, finding.severity, finding.report) == (f"Credits{state}", severity, None)
+    assert (finding.reason, finding.severity, report_of(finding)) == (f"Credits{state}", severity, None)
     assert finding.subject.reference() == {"apiVersion": "mountwarden.io/v1alpha1", "kind": "StorageProfile",
                                            "name": "importer-scratch"}
     assert finding.message == "fs-1: empty in 3 h"
@@ -74,7 +73,7 @@ def test_healthy_or_unknown_credits_are_no_finding(state):
 
 def test_a_report_holds_one_result_per_finding_with_policy_rule_severity_and_subject():
     findings = compliance_findings("importer-scratch", [drifted("b", "data", drift()),
-                                                        drifted("a", "data", drift(VolumeFindingReason.NCONNECT_IGNORED,
+                                                        drifted("a", "data", drift(Reason.NCONNECT_IGNORED,
                                                                                    Severity.WARNING, "nconnect"))])
     body = report_body("data", findings, {f.identity: T0 for f in findings})
     assert (body["apiVersion"], body["kind"]) == ("wgpolicyk8s.io/v1alpha2", "PolicyReport")
@@ -96,10 +95,10 @@ def test_reports_use_only_fields_and_values_the_upstream_schema_allows():
     properties = schema["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
     result_schema = properties["results"]["items"]["properties"]
     findings = [*compliance_findings("p", [drifted("a", "data", drift(), sqlite=[
-        SqliteUse("uid-a", "pv-1", "critical", "wal", None, "WAL")])]),
+        SqliteUse("uid-a", "pv-1", Severity.CRITICAL, "wal", None, "WAL")])]),
         *credit_findings("p", {"state": "Draining", "fileSystemId": "fs-1", "message": "m"})]
     for key in ("data", None):
-        body = report_body(key, [f for f in findings if f.report == key], {f.identity: T0 for f in findings})
+        body = report_body(key, [f for f in findings if report_of(f) == key], {f.identity: T0 for f in findings})
         assert set(body) - {"apiVersion", "kind", "metadata"} <= set(properties)
         for result in body["results"]:
             assert set(result) <= set(result_schema)
@@ -177,9 +176,11 @@ def test_a_message_that_changes_rewrites_the_report_but_keeps_the_first_seen_tim
 
 def test_a_finding_identity_ignores_its_message():
     pod = Subject("Pod", "a", "data", "uid-a")
-    one = ReportFinding("p", "OptionMismatch", "error", "first", pod, {"volume": "pv-1", "option": "acregmax"})
-    two = ReportFinding("p", "OptionMismatch", "error", "second", pod, {"volume": "pv-1", "option": "acregmax"})
-    other = ReportFinding("p", "OptionMismatch", "error", "first", pod, {"volume": "pv-2", "option": "acregmax"})
+    def finding(message, volume):
+        return Finding(Reason.OPTION_MISMATCH, Severity.ERROR, message, subject=pod, profile="p",
+                       evidence={"volume": volume, "option": "acregmax"})
+
+    one, two, other = finding("first", "pv-1"), finding("second", "pv-1"), finding("first", "pv-2")
     assert one.identity == two.identity != other.identity
 
 

@@ -3,10 +3,10 @@
 from datetime import UTC, datetime
 
 import pytest
+from tests.support import read_report
 
 from mountwarden.core.rollout import (
     Autoscaler,
-    NodeReport,
     PatchVolume,
     Pod,
     Policy,
@@ -144,10 +144,9 @@ def test_an_autoscaler_is_disabled_only_by_scaling_disabled(conditions, disabled
 
 
 def test_a_node_report_is_read_from_its_spec():
-    report = NodeReport.from_object({"metadata": {"name": "n1"}, "spec": {
-        "nodeName": "n1", "scanTime": "2026-03-01T12:00:00.5Z",
-        "volumes": [{"podUid": "u1", "volumeName": "pv-a", "mountPoint": "/m", "superblock": "0:51",
-                     "effectiveOptions": CACHED, "sharedWith": ["/o"]}]}})
+    report = read_report("n1", scanTime="2026-03-01T12:00:00.5Z", volumes=[
+        {"podUid": "u1", "volumeName": "pv-a", "mountPoint": "/m", "superblock": "0:51", "effectiveOptions": CACHED,
+         "sharedWith": ["/o"]}])
     assert report.scan_time == datetime(2026, 3, 1, 12, 0, 0, 500000, tzinfo=UTC)
     (mount,) = report.mounts
     assert (mount.pod_uid, mount.superblock, mount.shared_with) == ("u1", "0:51", ("/o",))

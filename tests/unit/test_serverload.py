@@ -2,6 +2,8 @@
 
 from datetime import UTC, datetime, timedelta
 
+from tests.support import read_report
+
 from mountwarden.api.nodemountreport import MountActivity, MountedVolume, ProcessStates
 from mountwarden.core.compliance import Consumer, Contract, VolumeState, assess
 from mountwarden.core.node.activity import GBIT, Thresholds
@@ -29,8 +31,8 @@ def reported(pod: str, gateway: str, read_gbps: float, *, stuck: float = 0.0) ->
 
 def node_report(node: str, volumes: list[MountedVolume]) -> NodeReport:
     """The report as the agent writes it and the operator reads it."""
-    return NodeReport.from_spec(node, {"scanTime": NOW.isoformat(), "volumes": [
-        volume.model_dump(mode="json", by_alias=True, exclude_none=True) for volume in volumes]})
+    return read_report(node, scanTime=NOW.isoformat(), volumes=[
+        volume.model_dump(mode="json", by_alias=True, exclude_none=True) for volume in volumes])
 
 
 def cluster():

@@ -6,7 +6,7 @@ this kernel (see tests/integration/test_sqlite_real.py, which takes them for rea
 
 import pytest
 
-from mountwarden.api.nodemountreport import SqliteFinding
+from mountwarden.api.nodemountreport import SqliteDatabase
 from mountwarden.core.procfs import MountinfoEntry, PodCgroup, parse_locks, parse_maps
 from mountwarden.core.sqlite import (
     REMEDY,
@@ -283,7 +283,7 @@ def test_finding_names_the_process_pod_volume_and_path():
         f"SQLite database /data/app.db in WAL mode on nfs4 {KUBELET_MOUNT}: pid 7"
     )
     # The agent's conversion: the dict is exactly the report's field set.
-    assert SqliteFinding.model_validate(finding.to_dict()).to_wire()["podUid"] == POD
+    assert SqliteDatabase.model_validate(finding.to_dict()).to_wire()["podUid"] == POD
 
 
 def test_wal_index_locks_pair_with_databases_only_when_the_count_says_so():

@@ -19,7 +19,8 @@ from kubernetes.client import ApiClient, ApiException
 from mountwarden.adapters.kube import transient_errors
 from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.nodemountreport import PLURAL as REPORTS
-from mountwarden.core.node.report import NodeReport, UnreadableReport
+from mountwarden.api.nodemountreport import UnreadableReport, read_node_report
+from mountwarden.core.node.report import NodeReport
 from mountwarden.core.rollout import (
     Autoscaler,
     DisruptionBudget,
@@ -141,7 +142,7 @@ class ClusterWorkloads:
         reports = {}
         for obj in listed["items"]:
             try:
-                report = NodeReport.from_object(obj)
+                report = read_node_report(obj["metadata"]["name"], obj.get("spec") or {})
             except UnreadableReport:
                 continue  # no verdict from it: its replicas wait as for a missing report
             reports[report.node] = report

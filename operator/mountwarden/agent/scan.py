@@ -24,7 +24,7 @@ from mountwarden.api.nodemountreport import (
     OperationSummary,
     OptionsSource,
     ProcessStates,
-    SqliteFinding,
+    SqliteDatabase,
     VolumePlugin,
 )
 from mountwarden.core.node.kubelet import normalize_root
@@ -47,7 +47,7 @@ PodDescriber = Callable[[str, str], dict[str, str | None]]
 
 #: The seam for the SQLite scan: given the proc root and the node's network mounts, the
 #: SQLite databases in use on them. The agent runs without one until it is plugged in.
-SqliteScanner = Callable[[ProcRoot, Sequence[ScannedMount]], Sequence[SqliteFinding]]
+SqliteScanner = Callable[[ProcRoot, Sequence[ScannedMount]], Sequence[SqliteDatabase]]
 
 
 class ScanError(RuntimeError):

@@ -34,12 +34,12 @@ from pathlib import Path
 from mountwarden.adapters.cachedstat import CachedStatus, cached_stat
 from mountwarden.adapters.procreader import ProcRoot
 from mountwarden.agent.probe import ServerProbe
-from mountwarden.api.nodemountreport import SqliteFinding
+from mountwarden.api.nodemountreport import SqliteDatabase
 from mountwarden.core.node import scan as nodescan
 from mountwarden.core.sqlite import (
     SIDE_FILE_SUFFIXES,
     SQLITE_HEADER,
-    DatabaseFinding,
+    DatabaseInUse,
     FileId,
     NetworkMount,
     OpenFile,
@@ -73,7 +73,7 @@ class SqliteScanCounters:
 
 @dataclass(frozen=True)
 class SqliteScan:
-    findings: tuple[DatabaseFinding, ...]
+    findings: tuple[DatabaseInUse, ...]
     counters: SqliteScanCounters
 
 
@@ -259,8 +259,8 @@ def _read_header(fd_path: Path) -> bytes:
         os.close(handle)
 
 
-def report_findings(proc_root: ProcRoot, mounts: Sequence[nodescan.ScannedMount]) -> list[SqliteFinding]:
+def report_findings(proc_root: ProcRoot, mounts: Sequence[nodescan.ScannedMount]) -> list[SqliteDatabase]:
     """The agent's SQLite scan: findings for the node's network mounts, in the report's shape."""
     sqlite_mounts = [mount.network_mount for mount in mounts]
-    return [SqliteFinding.model_validate(finding.to_dict()) for finding in scan_sqlite(proc_root, sqlite_mounts).findings]
+    return [SqliteDatabase.model_validate(finding.to_dict()) for finding in scan_sqlite(proc_root, sqlite_mounts).findings]
 

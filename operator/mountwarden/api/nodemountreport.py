@@ -4,15 +4,24 @@ Written only by that node's agent, read by the operator, which compares every
 pod volume with its profile. Counters are a snapshot taken when the report was
 written; the agent rewrites the report only when something other than the
 counters changes (or as a heartbeat), and serves live rates on /metrics.
+
+The same models are the one translator both ways: the agent writes with them, and
+``read_node_report`` reads a report's spec through them into the core's NodeReport.
 """
 
+from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
-from pydantic import Field
+from pydantic import Field, ValidationError, field_validator
 
 from mountwarden.api.base import ApiModel
+from mountwarden.core.admission import ReportWrite
+from mountwarden.core.findings import Severity
+from mountwarden.core.node.activity import Activity, ProcessSamples
 from mountwarden.core.node.kubelet import KubeletPlugin
+from mountwarden.core.node.report import NodeReport, OperationCounters, ReportedMount, SqliteUse
 from mountwarden.core.node.scan import OptionsSource as NodescanOptionsSource
 
 KIND = "NodeMountReport"
@@ -106,6 +115,40 @@ class MountedVolume(ApiModel):
     operations: dict[str, OperationSummary] = Field(
         default_factory=dict, description="Per-operation totals at the time of the report (busiest operations)."
     )
+
+    @field_validator("operations", mode="before")
+    @classmethod
+    def _readable_totals(cls, value: Any) -> Any:
+        """A malformed operation's totals (a wrapped, negative count) cost only themselves, not the report."""
+        if not isinstance(value, Mapping):
+            return value
+        readable = {}
+        for name, totals in value.items():
+            try:
+                readable[name] = OperationSummary.model_validate(totals)
+            except ValidationError:
+                continue
+        return readable
+
+    @field_validator("age_seconds", mode="before")
+    @classmethod
+    def _readable_age(cls, value: Any) -> Any:
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+    def to_reported(self) -> ReportedMount:
+        """This volume as the operator's checks read it."""
+        return ReportedMount(
+            pod_uid=self.pod_uid, volume_name=self.volume_name, mount_point=self.mount_point,
+            superblock=self.superblock, effective_options=tuple(self.effective_options),
+            shared_with=tuple(self.shared_with), server=self.server, connections=self.connections,
+            server_mounts=self.server_mounts, age_seconds=self.age_seconds,
+            operations={name: OperationCounters(totals.ops, totals.bytes_sent, totals.bytes_received)
+                        for name, totals in self.operations.items()},
+            activity=Activity(**self.activity.model_dump()) if self.activity else None,
+            processes=ProcessSamples(self.processes.samples, self.processes.uninterruptible,
+                                     self.processes.processes) if self.processes else None,
+            server_responding=self.server_responding,
+        )
     age_seconds: int | None = Field(
         default=None,
         ge=0,
@@ -125,10 +168,10 @@ class SqliteMode(StrEnum):
     UNKNOWN = "unknown"
 
 
-class SqliteFinding(ApiModel):
+class SqliteDatabase(ApiModel):
     """A SQLite database in use on a network filesystem."""
 
-    severity: str = Field(description="critical (WAL), warning (rollback journal) or info.")
+    severity: Severity = Field(description="critical (WAL), warning (rollback journal) or info.")
     mode: SqliteMode = Field(description="Journal mode as seen from locks, open files and mappings.")
     pid: int | None = Field(default=None, description="The process holding the lock or file.")
     pod_uid: str | None = Field(default=None, description="The pod of that process, from its cgroup.")
@@ -142,6 +185,10 @@ class SqliteFinding(ApiModel):
     message: str = Field(description="What was found and why it is a problem.")
     remedy: str = Field(description="What to do about it.")
 
+    def to_use(self) -> SqliteUse:
+        return SqliteUse(self.pod_uid, self.volume_name, Severity(self.severity), str(self.mode), self.path,
+                         self.message)
+
 
 class NodeMountReportSpec(ApiModel):
     node_name: str = Field(description="The node this report describes (the object has the same name).")
@@ -151,5 +198,34 @@ class NodeMountReportSpec(ApiModel):
                                                                  "what its NFS client can do, nconnect since 5.3.")
     network_fstypes: list[str] = Field(description="Filesystem types the agent treats as network storage.")
     volumes: list[MountedVolume] = Field(default_factory=list, description="Pod volumes on network filesystems.")
-    sqlite: list[SqliteFinding] = Field(default_factory=list, description="SQLite databases in use on them.")
+    sqlite: list[SqliteDatabase] = Field(default_factory=list, description="SQLite databases in use on them.")
     skipped_lines: int = Field(default=0, ge=0, description="Unreadable /proc lines skipped during the scan.")
+
+    def to_report(self, name: str) -> NodeReport:
+        """The report ``name`` (its object's name: its node's) as the operator's checks read it."""
+        return NodeReport(node=name, scan_time=self.scan_time,
+                          mounts=tuple(volume.to_reported() for volume in self.volumes),
+                          sqlite=tuple(database.to_use() for database in self.sqlite),
+                          kernel_release=self.kernel_release)
+
+
+class UnreadableReport(ValueError):
+    """The spec is not a NodeMountReport's (the CRD schema refuses such a spec: a report written by hand)."""
+
+
+def read_node_report(name: str, spec: Mapping) -> NodeReport:
+    """Read the spec of the NodeMountReport ``name``; UnreadableReport, naming what is wrong, when it is not one."""
+    try:
+        return NodeMountReportSpec.model_validate(dict(spec)).to_report(name)
+    except ValidationError as error:
+        raise UnreadableReport(f"NodeMountReport {name}: {error}") from None
+
+
+def report_write(obj: Mapping, userinfo: Mapping) -> ReportWrite:
+    """A NodeMountReport in an admission request, and who writes it (userInfo as the API server sends it)."""
+    return ReportWrite(
+        name=(obj.get("metadata") or {}).get("name") or "",
+        node_name=(obj.get("spec") or {}).get("nodeName"),
+        username=userinfo.get("username") or "",
+        extra=userinfo.get("extra") or {},
+    )

@@ -4,6 +4,7 @@ These models are the single source of the CRD schema (``mountwarden crds``), the
 reference docs and the operator's validation.
 """
 
+from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
 
@@ -11,11 +12,18 @@ from pydantic import Field
 
 from mountwarden.api.base import ApiModel, Condition, LabelSelector
 from mountwarden.core.node.activity import Thresholds, efs_file_system_limit
-from mountwarden.core.options.presets import CachePolicy
+from mountwarden.core.options.presets import EFS_PROVISIONER, CachePolicy
 from mountwarden.core.policy import ResolvedPolicy, backend_kind, resolve_policy
 from mountwarden.core.rollout import Phase as RolloutPhase
 from mountwarden.core.rollout import State as RolloutWorkloadState
 from mountwarden.core.storageclass import DesiredClass
+from mountwarden.core.vocabulary import (
+    BackendKind,
+    Enforcement,
+    RolloutApproval,
+    RolloutStrategy,
+    SqlitePolicy,
+)
 
 KIND = "StorageProfile"
 PLURAL = "storageprofiles"
@@ -29,33 +37,6 @@ class ReclaimPolicy(StrEnum):
 class VolumeBindingMode(StrEnum):
     IMMEDIATE = "Immediate"
     WAIT_FOR_FIRST_CONSUMER = "WaitForFirstConsumer"
-
-
-class Enforcement(StrEnum):
-    WARN = "warn"
-    DENY = "deny"
-
-
-class SqlitePolicy(StrEnum):
-    FORBID = "forbid"
-    WARN = "warn"
-    ALLOW = "allow"
-
-
-class RolloutStrategy(StrEnum):
-    NEW_STORAGE_CLASS = "NewStorageClass"
-    PATCH_BOUND_VOLUMES = "PatchBoundVolumes"
-
-
-class RolloutApproval(StrEnum):
-    AUTOMATIC = "Automatic"
-    MANUAL = "Manual"
-
-
-class BackendKind(StrEnum):
-    EFS = "efs"
-    NFS = "nfs"
-    NFSV3_GATEWAY = "nfsv3-gateway"
 
 
 class Backend(ApiModel):
@@ -210,10 +191,19 @@ class StorageProfileSpec(ApiModel):
             sqlite=str(self.sqlite),
         )
 
+    def watched_file_system(self) -> tuple[str, str] | None:
+        """(file system id, region) whose burst credits this profile watches: creditWatch.fileSystemId, else an EFS
+        backend's fileSystemId; the region "" is the operator's default (AWS_REGION). None: it watches none."""
+        watch = self.credit_watch
+        file_system_id = watch.file_system_id if watch else None
+        if not file_system_id and self.backend.provisioner == EFS_PROVISIONER:
+            file_system_id = self.backend.parameters.get("fileSystemId")
+        return (str(file_system_id), (watch.region if watch else None) or "") if file_system_id else None
+
     def thresholds(self, throughput_mode: str | None = None) -> Thresholds:
         """When this profile's volumes' throughput is a finding; ``throughput_mode``: EFS's, once known."""
         limit, source = self.throughput.file_system_limit_gbps, "spec.throughput.fileSystemLimitGbps"
-        if limit is None and backend_kind(self.backend.provisioner, self.backend.kind) == "efs":
+        if limit is None and backend_kind(self.backend.provisioner, self.backend.kind) == BackendKind.EFS:
             limit, source = efs_file_system_limit(throughput_mode)
         return Thresholds(per_flow_cap_gbps=self.throughput.per_flow_cap_gbps,
                           instance_bandwidth_gbps=self.throughput.instance_bandwidth_gbps,
@@ -502,3 +492,54 @@ def desired_class(spec: StorageProfileSpec, policy: ResolvedPolicy) -> DesiredCl
         allow_volume_expansion=backend.allow_volume_expansion,
         mount_options=tuple(policy.mount_options),
     )
+
+
+class ProfileStatus:
+    """A StorageProfile's status as stored, read by name: the handlers never spell its wire fields themselves.
+
+    A view, not a validation: status is the operator's own writing, read on hot paths (indexes, timers).
+    """
+
+    def __init__(self, status: Mapping | None) -> None:
+        self._status = status or {}
+
+    @property
+    def storage_class_name(self) -> str | None:
+        return self._status.get("storageClassName")
+
+    @property
+    def version(self) -> int | None:
+        version = self._status.get("version")
+        return int(version) if version is not None else None
+
+    @property
+    def observed_generation(self) -> int | None:
+        return self._status.get("observedGeneration")
+
+    @property
+    def effective_mount_options(self) -> tuple[str, ...]:
+        return tuple(self._status.get("effectiveMountOptions") or ())
+
+    @property
+    def history(self) -> list[Mapping]:
+        """The version records (VersionRecord's wire form), oldest first."""
+        return list(self._status.get("history") or [])
+
+    @property
+    def last_version(self) -> int:
+        """The highest version the profile ever had (status.version and status.history): the next one is above it."""
+        return max([self.version or 0, *(int(record["version"]) for record in self.history)])
+
+    @property
+    def throughput_mode(self) -> str | None:
+        """The EFS throughput mode, once the credit watch has read it."""
+        return (self._status.get("credits") or {}).get("throughputMode")
+
+    @property
+    def rollout(self) -> Mapping | None:
+        """status.rollout as the rollout wrote it (mountwarden.core.rollout.status)."""
+        return self._status.get("rollout")
+
+    @property
+    def rollout_phase(self) -> str | None:
+        return (self.rollout or {}).get("phase")

@@ -11,7 +11,8 @@ from rich.markup import escape
 
 from mountwarden.cli._app import app
 from mountwarden.cli._output import console, err_console, fail, print_json
-from mountwarden.core.node.check import VolumeCheck, check_volume
+from mountwarden.core.findings import CheckResult
+from mountwarden.core.node.check import check_volume
 from mountwarden.core.node.kubelet import DEFAULT_KUBELET_ROOT
 from mountwarden.core.node.scan import DEFAULT_NETWORK_FSTYPES, NodeVolume
 from mountwarden.core.options.presets import EFS_PROVISIONER, CachePolicy
@@ -224,7 +225,7 @@ def _operations_json(volume: NodeVolume) -> dict[str, dict[str, Any]]:
     }
 
 
-def _volume_json(volume: NodeVolume, result: VolumeCheck | None) -> dict[str, Any]:
+def _volume_json(volume: NodeVolume, result: CheckResult | None) -> dict[str, Any]:
     return {
         "pod_uid": volume.pod_uid,
         "volume_name": volume.volume_name,
@@ -252,7 +253,7 @@ def _volume_json(volume: NodeVolume, result: VolumeCheck | None) -> dict[str, An
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
-def _print_volume(volume: NodeVolume, result: VolumeCheck | None) -> None:
+def _print_volume(volume: NodeVolume, result: CheckResult | None) -> None:
     owner = f"pod {volume.pod_uid}" if volume.pod_uid else f"CSI staging ({volume.driver or 'driver unknown'})"
     console.print(f"[bold]{escape(owner)}[/] volume [bold]{escape(volume.volume_name)}[/] ({volume.plugin})")
     console.print(f"  mounted on {escape(volume.mount_point)}")

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import kubernetes
 import typer
+from pydantic import ValidationError
 from rich.live import Live
 from rich.markup import escape
 from rich.panel import Panel
@@ -21,7 +22,9 @@ from mountwarden.adapters.aws import AwsClients, CreditWatchError, fetch_credit_
 from mountwarden.adapters.kube import api_client
 from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.nodemountreport import PLURAL as REPORTS
+from mountwarden.api.nodemountreport import UnreadableReport, read_node_report
 from mountwarden.api.storageprofile import PLURAL as PROFILES
+from mountwarden.api.storageprofile import StorageProfileSpec
 from mountwarden.cli._app import app
 from mountwarden.cli._output import console, err_console, fail, print_json
 from mountwarden.core.credits import (
@@ -50,9 +53,8 @@ from mountwarden.core.credits.consumers import (
     VolumeOwners,
     reported_volumes,
     summarize_consumers,
-    watched_file_system,
 )
-from mountwarden.core.node.report import NodeReport, UnreadableReport
+from mountwarden.core.node.report import NodeReport
 from mountwarden.core.storageclass import PROFILE_LABEL
 
 EXIT_CODES_HELP = (
@@ -442,7 +444,7 @@ def _cluster_consumers(file_system_id: str, kubeconfig: str | None, context: str
         file_systems = {
             profile["metadata"]["name"]: watched[0]
             for profile in _listed(custom.list_cluster_custom_object(GROUP, VERSION, PROFILES, _preload_content=False))
-            if (watched := watched_file_system(profile.get("spec") or {}))
+            if (watched := _watched(profile.get("spec") or {}))
         }
         volumes = [
             volume
@@ -461,7 +463,7 @@ def _cluster_consumers(file_system_id: str, kubeconfig: str | None, context: str
 
 def _readable(report: dict) -> NodeReport | None:
     try:
-        return NodeReport.from_object(report)
+        return read_node_report(report["metadata"]["name"], report.get("spec") or {})
     except UnreadableReport:  # written by hand without a field the schema requires: as if absent
         return None
 
@@ -648,3 +650,11 @@ def _round_json(now: datetime, results: dict[str, Forecast | CreditWatchProblem]
             for fs_id, result in results.items()
         ],
     }
+
+
+def _watched(spec: dict) -> tuple[str, str] | None:
+    """The file system a listed profile watches; none for a spec that is not valid (written around the webhook)."""
+    try:
+        return StorageProfileSpec.model_validate(spec).watched_file_system()
+    except ValidationError:
+        return None

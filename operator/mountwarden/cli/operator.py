@@ -135,21 +135,30 @@ def operator_command(
              "CRDs (Kyverno and Policy Reporter ship them); without them the operator says so once and runs on.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every handler and API call.")] = False,
 ) -> None:
-    """Run the controller: StorageProfiles into versioned StorageClasses, and more as issues land."""
+    """Run the controller: StorageProfiles into versioned StorageClasses, proof of every mount, rollouts, warnings.
+
+    It reconciles each StorageProfile into versioned StorageClasses (<profile>-v<N>), compares every pod
+    volume of a profile with what the node agents report really mounted (status.compliance, pod Events),
+    forecasts EFS burst credits from CloudWatch, rolls option changes out one workload at a time, and answers
+    the admission webhooks (warnings on PVCs and profiles; denials only where a profile says deny).
+    """
     import logging
 
     import kopf
 
-    from mountwarden.adapters.webhookconfig import parse_service
-    from mountwarden.core.admission import service_account_username
     from mountwarden.handlers.config import OperatorConfig
     from mountwarden.handlers.runner import run
 
     try:
-        if agent_service_account:
-            service_account_username(agent_service_account)
-        if webhook_service:
-            parse_service(webhook_service)
+        config = OperatorConfig(
+            kubeconfig=kubeconfig, metrics_port=metrics_port, webhook_mode=webhook_mode, webhook_port=webhook_port,
+            webhook_cert_dir=webhook_cert_dir, webhook_host=webhook_host, namespace=namespace,
+            network_provisioners=tuple(network_provisioners or ()), agent_service_account=agent_service_account,
+            webhook_service=webhook_service, enforce_configuration=enforce_configuration, active_label=active_label,
+            collect_interval=collect_interval, credit_interval=credit_interval,
+            compliance_interval=compliance_interval, rollout_interval=rollout_interval,
+            report_stale_after=report_stale_after, policy_reports=policy_reports,
+        )
     except ValueError as error:
         fail(escape(str(error)))
     if bool(webhook_service) != bool(enforce_configuration):
@@ -163,15 +172,7 @@ def operator_command(
         logging.getLogger("mountwarden.operator").info(f"peering priority {priority}, {derived}")
 
     run(
-        OperatorConfig(
-            kubeconfig=kubeconfig, metrics_port=metrics_port, webhook_mode=webhook_mode, webhook_port=webhook_port,
-            webhook_cert_dir=webhook_cert_dir, webhook_host=webhook_host, namespace=namespace,
-            network_provisioners=tuple(network_provisioners or ()), agent_service_account=agent_service_account,
-            webhook_service=webhook_service, enforce_configuration=enforce_configuration, active_label=active_label,
-            collect_interval=collect_interval, credit_interval=credit_interval,
-            compliance_interval=compliance_interval, rollout_interval=rollout_interval,
-            report_stale_after=report_stale_after, policy_reports=policy_reports,
-        ),
+        config,
         standalone=standalone,
         liveness_endpoint=liveness,
         peering_name=None if standalone else peering_name,

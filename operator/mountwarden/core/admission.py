@@ -33,21 +33,20 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from mountwarden.core.credits.bucket import ThroughputMode
-from mountwarden.core.options.normalize import effective_value
-from mountwarden.core.options.presets import EFS_METERING, EFS_PROVISIONER, CachePolicy, is_efs
-from mountwarden.core.options.table import ATTRIBUTE_CACHE_TIMES, OptionValue
+from mountwarden.core.findings import Finding, Reason, Severity
+from mountwarden.core.options.effects import EFS_METERING, Cost, cost_phrase, credit_costs
+from mountwarden.core.options.normalize import normalize
+from mountwarden.core.options.presets import EFS_PROVISIONER, PRESETS, CachePolicy, is_efs
+from mountwarden.core.options.table import OptionValue
 from mountwarden.core.policy import SpecProblem
 from mountwarden.core.selectors import selector_matches
 from mountwarden.core.storageclass import ClassEntry, DesiredClass, ExistingClass, plan_classes
+from mountwarden.core.vocabulary import Enforcement, SqlitePolicy
 
 #: The label or annotation a PVC carries to say what it holds.
 CONTENTS_KEY = "mountwarden.io/contents"
 SQLITE_CONTENTS = "sqlite"
 
-# Values of the StorageProfile spec (the API models in mountwarden.api sit above the core).
-DENY = "deny"
-SQLITE_FORBID = "forbid"
-SQLITE_ALLOW = "allow"
 
 #: Provisioners whose volumes are NFS mounts, whatever their parameters.
 NETWORK_PROVISIONERS = frozenset({
@@ -73,8 +72,8 @@ class ProfileEntry:
     provisioner: str
     namespace_selector: Mapping | None = None
     pvc_selector: Mapping | None = None
-    enforcement: str = "warn"
-    sqlite: str = "warn"
+    enforcement: Enforcement = Enforcement.WARN
+    sqlite: SqlitePolicy = SqlitePolicy.WARN
     cache_policy: str | None = None
     file_system_id: str | None = None
     #: status.credits.throughputMode, once the credit watch has filled it; None means unknown.
@@ -90,7 +89,7 @@ class ProfileEntry:
 
     @property
     def denies(self) -> bool:
-        return self.enforcement == DENY
+        return self.enforcement == Enforcement.DENY
 
     def governs(self, namespace_labels: Mapping[str, str], pvc_labels: Mapping[str, str]) -> bool:
         return (
@@ -210,10 +209,9 @@ class ClusterView:
         return is_network_provisioner(cls.provisioner, self.extra_network_provisioners)
 
 
-@dataclass(frozen=True, slots=True)
-class Finding:
-    message: str
-    deny: bool = False
+def _said(reason: Reason, message: str, *, deny: bool = False) -> Finding:
+    """An admission finding: an error refuses the request (a profile with enforcement deny), a warning is shown."""
+    return Finding(reason, Severity.ERROR if deny else Severity.WARNING, message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,12 +220,12 @@ class Review:
 
     @property
     def warnings(self) -> list[str]:
-        return [f.message for f in self.findings if not f.deny]
+        return [f.message for f in self.findings if f.severity is not Severity.ERROR]
 
     @property
     def denial(self) -> str | None:
         """The message of the refusal, when some profile denies; None allows the request."""
-        return "; ".join(f.message for f in self.findings if f.deny) or None
+        return "; ".join(f.message for f in self.findings if f.severity is Severity.ERROR) or None
 
 
 # -- PersistentVolumeClaims -------------------------------------------------------------------------
@@ -256,7 +254,8 @@ def review_claim(claim: Claim, view: ClusterView) -> Review:
     findings: list[Finding] = []
 
     if cls is not None and cls.superseded_by:
-        findings.append(Finding(
+        findings.append(_said(
+            Reason.SUPERSEDED_CLASS,
             f"StorageClass {cls.name} is superseded by {cls.superseded_by} (StorageProfile {cls.profile})"
         ))
 
@@ -268,32 +267,40 @@ def review_claim(claim: Claim, view: ClusterView) -> Review:
                      for p in consumer_of)
     mismatched = [] if picked_one else consumer_of
     for profile in mismatched:
-        findings.append(Finding(
+        findings.append(_said(
+            Reason.PROFILE_MISMATCH,
             f"{pvc} is a consumer of StorageProfile {profile.name} but asks for "
             f"{_describe_class(asked, owner)}: {_use(profile)}",
             deny=profile.denies,
         ))
 
     if cls is not None and owner is None and view.is_network(cls):
-        findings.append(Finding(
+        findings.append(_said(
+            Reason.UNGOVERNED_NETWORK_CLASS,
             f"StorageClass {cls.name} is NFS ({cls.provisioner}) but no StorageProfile governs it: "
             "use a StorageProfile's class, or create a profile for it"
         ))
 
-    allowed_sqlite = owner is not None and owner.sqlite == SQLITE_ALLOW
+    allowed_sqlite = owner is not None and owner.sqlite == SqlitePolicy.ALLOW
     if claim.holds_sqlite and cls is not None and view.is_network(cls) and not allowed_sqlite:
-        findings.append(Finding(
+        findings.append(_said(
+            Reason.SQLITE_CLAIM_ON_NFS,
             f"{pvc} holds SQLite but StorageClass {cls.name} is NFS: WAL is impossible and every lock "
             "is a network round trip; use a local volume",
-            deny=owner is not None and owner.sqlite == SQLITE_FORBID and owner.denies,
+            deny=owner is not None and owner.sqlite == SqlitePolicy.FORBID and owner.denies,
         ))
 
     costly = _costly_on_bursting_efs(owner) if owner is not None else []
     if owner is not None and costly:
         where = f"EFS {owner.file_system_id}" if owner.file_system_id else "EFS"
-        findings.append(Finding(
-            f"StorageProfile {owner.name}: on Bursting {where} its effective options {', '.join(costly)} make "
-            f"{_what_costs(costly)}, each {EFS_METERING} and paid from the burst credits meant for data "
+        costs = Cost.NONE
+        for _, cost in costly:
+            costs |= cost
+        findings.append(_said(
+            Reason.STRICT_ON_BURSTING,
+            f"StorageProfile {owner.name}: on Bursting {where} its effective options "
+            f"{', '.join(option for option, _ in costly)} make "
+            f"{cost_phrase(costs)}, each {EFS_METERING} and paid from the burst credits meant for data "
             "(sync,actimeo=0,lookupcache=none made the incident's import take 8 hours); use cachePolicy staging for "
             "data several clients change (1 GETATTR per stat(), never stale: kernel lab), cached where others' "
             "changes may show up to 10 minutes late, or Elastic throughput"
@@ -303,52 +310,23 @@ def review_claim(claim: Claim, view: ClusterView) -> Review:
     if not consumer_of and default is not None and asked == default.name:
         default_owner = view.owner(default)
         if default_owner is not None and default_owner.declares_consumers:
-            findings.append(Finding(
+            findings.append(_said(
+                Reason.UNGOVERNED_DEFAULT,
                 f"{pvc} gets the default StorageClass {default.name}, but StorageProfile {default_owner.name} "
                 "does not govern it: set spec.storageClassName"
             ))
     return Review(tuple(findings))
 
 
-def costly_options(options: Mapping[str, OptionValue]) -> list[str]:
-    """The options that make metadata or writes a round trip each, as a user would write them.
-
-    lookupcache=none and directory attributes never cached (acdirmax=0) make every stat() and open()
-    revalidate each component of its path (kernel lab: 5 RPCs per stat() two directories down); sync
-    makes every write() wait for the server (noac is sync and actimeo=0). Files' own attributes never
-    cached (acregmax=0, as staging has) cost one GETATTR per stat() and are not listed.
-    """
-    costly = []
-    if effective_value(options, "sync"):
-        costly.append("sync")
-    if all(effective_value(options, name) == 0 for name in ATTRIBUTE_CACHE_TIMES):
-        costly.append("actimeo=0")
-    elif effective_value(options, "acdirmax") == 0:
-        costly.append("acdirmax=0")
-    if effective_value(options, "lookupcache") == "none":
-        costly.append("lookupcache=none")
-    return costly
-
-
-def _what_costs(costly: list[str]) -> str:
-    metadata = any(option != "sync" for option in costly)
-    writes = "sync" in costly
-    parts = []
-    if metadata:
-        parts.append("every stat() and open() a round trip per path component (5 for a file two directories down: "
-                     "kernel lab)")
-    if writes:
-        parts.append("every write() wait for the server (nfs(5))")
-    return " and ".join(parts)
-
-
-def _costly_on_bursting_efs(profile: ProfileEntry) -> list[str]:
+def _costly_on_bursting_efs(profile: ProfileEntry) -> list[tuple[str, Cost]]:
     """What makes a profile pay a round trip per stat or write, when it pays it from Bursting EFS credits."""
     if not is_efs(profile.provisioner) or (profile.throughput_mode or "").lower() != ThroughputMode.BURSTING:
         return []
     if profile.effective_options is not None:
-        return costly_options(profile.effective_options)
-    return ["actimeo=0", "lookupcache=none"] if profile.cache_policy == CachePolicy.STRICT else []
+        return credit_costs(profile.effective_options)
+    if profile.cache_policy == CachePolicy.STRICT:  # its options unknown (an older index entry): the preset's
+        return credit_costs(normalize(PRESETS[CachePolicy.STRICT].options).options)
+    return []
 
 
 # -- StorageProfiles --------------------------------------------------------------------------------
@@ -374,19 +352,21 @@ class ProfileChange:
 def review_profile(change: ProfileChange, view: ClusterView) -> Review:
     name = change.entry.name
     if change.errors:
-        return Review((Finding(
+        return Review((_said(
+            Reason.INVALID_SPEC,
             f"StorageProfile {name} is invalid: " + "; ".join(str(problem) for problem in change.errors), deny=True
         ),))
-    findings = [Finding(f"StorageProfile {name}: {problem}") for problem in change.warnings]
+    findings = [_said(Reason.OPTION_WARNING, f"StorageProfile {name}: {problem}") for problem in change.warnings]
     for other in sorted(view.all_profiles(), key=lambda p: p.name):
         if other.name != name and consumers_overlap(change.entry, other):
-            findings.append(Finding(
+            findings.append(_said(
+                Reason.OVERLAPPING_CONSUMERS,
                 f"StorageProfile {name}: spec.consumers overlaps those of StorageProfile {other.name}: "
                 "a PVC matching both gets two contracts; narrow one of the selectors"
             ))
     version_note = _version_change(change, view)
     if version_note:
-        findings.append(Finding(version_note))
+        findings.append(_said(Reason.NEW_VERSION, version_note))
     return Review(tuple(findings))
 
 
@@ -473,16 +453,6 @@ class ReportWrite:
     #: userInfo.extra as the API server sends it: each key maps to a list of values.
     extra: Mapping[str, Sequence[str]]
 
-    @staticmethod
-    def from_request(obj: Mapping, userinfo: Mapping) -> "ReportWrite":
-        metadata = obj.get("metadata") or {}
-        return ReportWrite(
-            name=metadata.get("name") or "",
-            node_name=(obj.get("spec") or {}).get("nodeName"),
-            username=userinfo.get("username") or "",
-            extra=userinfo.get("extra") or {},
-        )
-
 
 def review_report_write(write: ReportWrite, agent_username: str | None) -> Review:
     """The agent may write only the report of the node its token is bound to; anyone else is not judged here."""
@@ -491,17 +461,20 @@ def review_report_write(write: ReportWrite, agent_username: str | None) -> Revie
     agent = f"the node agent ({agent_username})"
     nodes = [node for node in write.extra.get(NODE_NAME_EXTRA) or () if node]
     if len(nodes) != 1:
-        return Review((Finding(
+        return Review((_said(
+            Reason.FOREIGN_REPORT_WRITE,
             f"{agent} may write only the NodeMountReport of its own node, but its token names "
             f"{'no node' if not nodes else 'several nodes'} ({NODE_NAME_EXTRA}): run the agent in a pod with its "
             "projected service account token, on Kubernetes 1.30 or later", deny=True),))
     (node,) = nodes
     if write.name != node:
-        return Review((Finding(
+        return Review((_said(
+            Reason.FOREIGN_REPORT_WRITE,
             f"{agent} runs on node {node} and may write only NodeMountReport {node}, not {write.name or '(unnamed)'}",
             deny=True),))
     if write.node_name is not None and write.node_name != node:
-        return Review((Finding(
+        return Review((_said(
+            Reason.FOREIGN_REPORT_WRITE,
             f"{agent} runs on node {node}: NodeMountReport {node} must describe it, but its spec.nodeName is "
             f"{write.node_name}", deny=True),))
     return Review()

@@ -12,11 +12,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from mountwarden.core.findings import Finding, Reason, Severity
 from mountwarden.core.node.activity import Thresholds
-from mountwarden.core.node.check import HEALTH_REASONS, VolumeFinding, VolumeFindingReason, check_volume
+from mountwarden.core.node.check import check_volume
 from mountwarden.core.node.report import NodeReport, SqliteUse
-from mountwarden.core.options.normalize import Severity
 from mountwarden.core.options.table import OptionValue
+from mountwarden.core.vocabulary import BackendKind, SqlitePolicy
 
 #: How many offenders the condition message and status name.
 WORST_OFFENDERS = 5
@@ -29,7 +30,7 @@ class VolumeState(StrEnum):
 
 
 class VerdictReason(StrEnum):
-    """Why a pod volume is compliant, drifted or unknown (the drifted ones also use VolumeFindingReason)."""
+    """Why a pod volume is compliant, drifted or unknown (a drifted one's is its worst finding's reason)."""
 
     COMPLIANT = "Compliant"
     SQLITE_ON_NFS = "SQLiteOnNFS"
@@ -73,26 +74,28 @@ class Contract:
     options: Mapping[str, OptionValue]
     required: Sequence[str] = ()
     forbidden: Sequence[str] = ()
-    sqlite: str = "warn"  # forbid | warn | allow
+    sqlite: SqlitePolicy = SqlitePolicy.WARN
     #: When a volume's throughput, transport or processes are a finding (spec.throughput).
     thresholds: Thresholds = Thresholds()
     #: spec.backend.kind, resolved: efs, nfs or nfsv3-gateway.
-    kind: str = "nfs"
+    kind: BackendKind = BackendKind.NFS
 
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
     consumer: Consumer
     state: VolumeState
-    reason: str  # a VerdictReason or, when drifted, a VolumeFindingReason
+    reason: str  # a VerdictReason or, when drifted, its worst finding's Reason
     message: str
-    findings: tuple[VolumeFinding, ...] = ()
+    #: Every finding on the volume: its options, how it is doing, SQLite on it (unless the profile allows it).
+    findings: tuple[Finding, ...] = ()
+    #: The SQLite databases in use on it that count (none when the profile allows SQLite).
     sqlite: tuple[SqliteUse, ...] = ()
 
     @property
     def rank(self) -> int:
         """Worse verdicts rank lower: critical SQLite, then errors, then warnings, then unknowns."""
-        if any(use.severity == "critical" for use in self.sqlite):
+        if any(f.severity is Severity.CRITICAL for f in self.findings):
             return 0
         if self.state is VolumeState.DRIFTED:
             return 1 if any(f.severity is Severity.ERROR for f in self.findings) or self.sqlite else 2
@@ -132,23 +135,23 @@ def assess(
                          thresholds=contract.thresholds, kernel_release=report.kernel_release)
     sqlite = tuple(use for use in report.sqlite
                    if use.pod_uid == consumer.pod_uid and use.volume_name == consumer.volume_name)
-    counted_sqlite = sqlite if contract.sqlite != "allow" else ()
+    counted_sqlite = sqlite if contract.sqlite != SqlitePolicy.ALLOW else ()
+    findings = check.findings + tuple(use.finding() for use in counted_sqlite)
     # How a mount is doing (throughput, transport, stuck processes) is reported, never counted as drift.
-    problems = [f for f in check.findings if f.severity is not Severity.INFO and f.reason not in HEALTH_REASONS]
-    if not problems and not (counted_sqlite and contract.sqlite == "forbid"):
+    problems = [f for f in check.findings if f.counts and not f.is_health]
+    if not problems and not (counted_sqlite and contract.sqlite == SqlitePolicy.FORBID):
         message = f"{consumer.pod} mounts {consumer.volume_name} as declared"
         if counted_sqlite:
             message += f"; SQLite in use on it ({counted_sqlite[0].mode} mode)"
-        return Verdict(consumer, VolumeState.COMPLIANT, VerdictReason.COMPLIANT, message, check.findings,
-                       counted_sqlite)
+        return Verdict(consumer, VolumeState.COMPLIANT, VerdictReason.COMPLIANT, message, findings, counted_sqlite)
     worst = sorted(problems, key=_finding_rank)[0] if problems else None
     reason = str(worst.reason) if worst else VerdictReason.SQLITE_ON_NFS
     message = f"{consumer.pod} on {consumer.node}: {worst.message if worst else counted_sqlite[0].message}"
-    return Verdict(consumer, VolumeState.DRIFTED, reason, message, check.findings, counted_sqlite)
+    return Verdict(consumer, VolumeState.DRIFTED, reason, message, findings, counted_sqlite)
 
 
-def _finding_rank(finding: VolumeFinding) -> tuple[int, int]:
-    specific = 0 if finding.reason is not VolumeFindingReason.OPTION_MISMATCH else 1
+def _finding_rank(finding: Finding) -> tuple[int, int]:
+    specific = 0 if finding.reason is not Reason.OPTION_MISMATCH else 1
     return (0 if finding.severity is Severity.ERROR else 1, specific)
 
 

@@ -20,6 +20,7 @@ from mountwarden.core.options.normalize import (
 )
 from mountwarden.core.options.presets import EFS_BASELINE, current_names, is_efs, preset_of
 from mountwarden.core.options.table import BY_NAME, OptionValue, exclusive_group
+from mountwarden.core.vocabulary import BackendKind, SqlitePolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,12 +56,9 @@ def _located(field: str, normalized: NormalizedOptions) -> tuple[list[SpecProble
     return errors, warnings
 
 
-EFS, NFS, NFSV3_GATEWAY = "efs", "nfs", "nfsv3-gateway"
-
-
-def backend_kind(provisioner: str, kind: str | None = None) -> str:
+def backend_kind(provisioner: str, kind: str | None = None) -> BackendKind:
     """What serves the volumes: as declared, else efs for the EFS CSI driver and nfs for anything else."""
-    return str(kind) if kind else (EFS if is_efs(provisioner) else NFS)
+    return BackendKind(kind) if kind else (BackendKind.EFS if is_efs(provisioner) else BackendKind.NFS)
 
 
 def resolve_policy(
@@ -71,7 +69,7 @@ def resolve_policy(
     required_options: Sequence[str] = (),
     forbidden_options: Sequence[str] = (),
     kind: str | None = None,
-    sqlite: str = "warn",
+    sqlite: SqlitePolicy = SqlitePolicy.WARN,
 ) -> ResolvedPolicy:
     """The effective options of a profile, and what is wrong with them, located by field.
 
@@ -82,7 +80,7 @@ def resolve_policy(
     warnings: list[SpecProblem] = []
     layers: list[dict[str, OptionValue]] = []
     kind = backend_kind(provisioner, kind)
-    if kind == EFS:
+    if kind == BackendKind.EFS:
         layers.append(normalize(EFS_BASELINE).options)
     if cache_policy is not None:
         found = preset_of(cache_policy)
@@ -129,7 +127,7 @@ def resolve_policy(
         errors.append(SpecProblem(f"spec.forbiddenOptions[{index}]",
                                   f"'{token}' is forbidden, but the effective options set {held}: change the preset "
                                   "or spec.mountOptions, or lift the ban."))
-    if kind == NFSV3_GATEWAY:
+    if kind == BackendKind.NFSV3_GATEWAY:
         gateway_errors, gateway_warnings = _check_gateway(effective, sqlite)
         errors += gateway_errors
         warnings += gateway_warnings
@@ -157,7 +155,7 @@ def _check_gateway(options: dict[str, OptionValue], sqlite: str) -> tuple[list[S
                                            "v3 mount without nolock did not come up with rpcbind gone. Add nolock"
                                            + ("." if read_only else
                                               ", and keep SQLite off the volume (sqlite: forbid).")))
-    elif not read_only and sqlite != "forbid":
+    elif not read_only and sqlite != SqlitePolicy.FORBID:
         warnings.append(SpecProblem(field, "nolock keeps locks on each node: two nodes can write one SQLite database "
                                            "at once and corrupt it (kernel lab: a second NFSv3 client with nolock is "
                                            "granted the same lock). Mount read-only (ro), where nolock is no hazard, "

@@ -15,11 +15,11 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from mountwarden.core.compliance import Verdict
-from mountwarden.core.options.normalize import Severity
+from mountwarden.core.findings import Finding, Reason, Severity, Subject
 
 API_GROUP = "wgpolicyk8s.io"
 API_VERSION = "v1alpha2"
@@ -31,107 +31,72 @@ CATEGORY = "NFS mounts"
 PROFILE_API_VERSION = "mountwarden.io/v1alpha1"
 
 #: The report's severities are high | medium | low (the v1alpha2 schema); its results pass | fail | warn | error
-#: | skip. An error finding fails its policy; a warning is a warn.
-_SEVERITY = {"critical": "high", Severity.ERROR: "high", Severity.WARNING: "medium"}
-_RESULT = {"critical": "fail", Severity.ERROR: "fail", Severity.WARNING: "warn"}
+#: | skip. An error (or critical) finding fails its policy; a warning is a warn.
+_SEVERITY = {Severity.CRITICAL: "high", Severity.ERROR: "high", Severity.WARNING: "medium"}
+_RESULT = {Severity.CRITICAL: "fail", Severity.ERROR: "fail", Severity.WARNING: "warn"}
 #: Credit states that are findings, and their severity: Draining still has time, Empty and Trap throttle now.
-_CREDIT_SEVERITY = {"Draining": Severity.WARNING, "Empty": Severity.ERROR, "Trap": Severity.ERROR}
+_CREDIT_FINDINGS = {"Draining": (Reason.CREDITS_DRAINING, Severity.WARNING),
+                    "Empty": (Reason.CREDITS_EMPTY, Severity.ERROR),
+                    "Trap": (Reason.CREDITS_TRAP, Severity.ERROR)}
 
 #: Which report a finding goes to: its subject's namespace, or None for the ClusterPolicyReport.
 ReportKey = str | None
 
 
-@dataclass(frozen=True, slots=True)
-class Subject:
-    """The object a finding is about (the report's ``resources`` entry)."""
-
-    kind: str
-    name: str
-    namespace: str | None = None
-    uid: str | None = None
-    api_version: str = "v1"
-
-    def reference(self) -> dict:
-        ref = {"apiVersion": self.api_version, "kind": self.kind, "name": self.name, "namespace": self.namespace,
-               "uid": self.uid}
-        return {key: value for key, value in ref.items() if value}
+def report_of(finding: Finding) -> ReportKey:
+    return finding.subject.namespace if finding.subject else None
 
 
-@dataclass(frozen=True, slots=True)
-class ReportFinding:
-    profile: str
-    rule: str  # the finding's reason, e.g. OptionMismatch, SQLiteOnNFS, CreditsDraining
-    severity: str  # mountwarden's: error | warning (| critical for SQLite)
-    message: str
-    subject: Subject
-    #: What else identifies the finding (node, volume, option, file system): shown by report UIs.
-    properties: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def identity(self) -> tuple:
-        """Stays the same while the finding lasts (its message may change, e.g. a credit forecast)."""
-        return (self.profile, self.rule, self.subject.kind, self.subject.namespace, self.subject.uid or
-                self.subject.name, self.properties.get("volume", ""), self.properties.get("option", ""))
-
-    @property
-    def report(self) -> ReportKey:
-        return self.subject.namespace
-
-
-def compliance_findings(profile: str, verdicts: Iterable[Verdict]) -> list[ReportFinding]:
-    """The findings of a profile's compliance check: every warning or error on a pod volume, and SQLite on NFS
-    where the profile does not allow it (the verdicts already leave out what it allows)."""
+def compliance_findings(profile: str, verdicts: Iterable[Verdict]) -> list[Finding]:
+    """The findings of a profile's compliance check, each on its pod: every warning or error on a pod volume, and
+    SQLite on NFS where the profile does not allow it (the verdicts already leave out what it allows)."""
     findings = []
     for verdict in verdicts:
         consumer = verdict.consumer
         pod = Subject("Pod", consumer.pod_name, consumer.namespace, consumer.pod_uid)
-        where = {"node": consumer.node or "", "volume": consumer.volume_name}
+        where = f"{consumer.volume_name} on {consumer.node}"
         for finding in verdict.findings:
-            if finding.severity is Severity.INFO:
-                continue
-            properties = {**where, **({"option": finding.option} if finding.option else {})}
-            message = f"{consumer.volume_name} on {consumer.node}: {finding.message} {finding.remedy}".strip()
-            findings.append(ReportFinding(profile, str(finding.reason), str(finding.severity), message, pod,
-                                          properties))
-        for use in verdict.sqlite:
-            properties = {**where, "mode": use.mode, **({"path": use.path} if use.path else {})}
-            findings.append(ReportFinding(profile, "SQLiteOnNFS", use.severity,
-                                          f"{consumer.volume_name} on {consumer.node}: {use.message}", pod, properties))
+            if finding.counts:
+                findings.append(finding.with_message(f"{where}: {finding.message} {finding.remedy}".strip())
+                                .about(pod, profile=profile, node=consumer.node or "", volume=consumer.volume_name,
+                                       option=finding.option or ""))
     return findings
 
 
-def credit_findings(profile: str, credits: Mapping[str, object]) -> list[ReportFinding]:
+def credit_findings(profile: str, credits: Mapping[str, object]) -> list[Finding]:
     """A profile's credit watch as a finding on the (cluster-scoped) profile while its credits drain or are gone."""
     state = str(credits.get("state") or "")
-    if state not in _CREDIT_SEVERITY:
+    if state not in _CREDIT_FINDINGS:
         return []
+    reason, severity = _CREDIT_FINDINGS[state]
     subject = Subject("StorageProfile", profile, api_version=PROFILE_API_VERSION)
     file_system = str(credits.get("fileSystemId") or "")
     message = f"{file_system}: {credits.get('message', '')}".strip(": ")
-    return [ReportFinding(profile, f"Credits{state}", str(_CREDIT_SEVERITY[state]), message, subject,
-                          {"fileSystemId": file_system})]
+    return [Finding(reason, severity, message, subject=subject, profile=profile,
+                    evidence={"fileSystemId": file_system})]
 
 
-def _result(finding: ReportFinding, found_at: datetime) -> dict:
+def _result(finding: Finding, found_at: datetime) -> dict:
     return {
         "policy": finding.profile,
-        "rule": finding.rule,
+        "rule": str(finding.reason),
         "result": _RESULT.get(finding.severity, "warn"),
         "severity": _SEVERITY.get(finding.severity, "medium"),
         "scored": True,
         "category": CATEGORY,
         "source": SOURCE,
         "message": finding.message[:1000],
-        "resources": [finding.subject.reference()],
-        "properties": {key: value for key, value in sorted(finding.properties.items()) if value},
+        "resources": [finding.subject.reference()] if finding.subject else [],
+        "properties": {key: value for key, value in sorted(finding.evidence.items()) if value},
         "timestamp": {"seconds": int(found_at.timestamp()), "nanos": 0},
     }
 
 
-def report_body(key: ReportKey, findings: Sequence[ReportFinding], first_seen: Mapping[tuple, datetime]) -> dict:
+def report_body(key: ReportKey, findings: Sequence[Finding], first_seen: Mapping[tuple, datetime]) -> dict:
     """One PolicyReport (key: its namespace) or the ClusterPolicyReport (key None), results in a stable order."""
-    ordered = sorted(findings, key=lambda f: (f.profile, f.subject.namespace or "", f.subject.name, f.rule,
-                                              f.properties.get("volume", ""), f.properties.get("option", "")))
+    ordered = sorted(findings, key=lambda f: (f.profile or "", f.subject.namespace or "" if f.subject else "",
+                                              f.subject.name if f.subject else "", f.reason,
+                                              f.evidence.get("volume", ""), f.evidence.get("option", "")))
     results = [_result(finding, first_seen[finding.identity]) for finding in ordered]
     counts = Counter(result["result"] for result in results)
     metadata: dict = {"name": REPORT_NAME, "labels": dict(LABELS)}
@@ -168,26 +133,26 @@ class PolicyReportBook:
     """
 
     def __init__(self, started_at: datetime, grace: timedelta, existing: Iterable[ReportKey] = ()) -> None:
-        self._findings: dict[tuple[str, str], tuple[ReportFinding, ...]] = {}
-        self._by_report: dict[ReportKey, dict[tuple[str, str], list[ReportFinding]]] = {}
+        self._findings: dict[tuple[str, str], tuple[Finding, ...]] = {}
+        self._by_report: dict[ReportKey, dict[tuple[str, str], list[Finding]]] = {}
         self._first_seen: dict[tuple, datetime] = {}
         self._written: dict[ReportKey, str] = {}
         self._due: set[ReportKey] = set()
         self._inherited: set[ReportKey] = set(existing)
         self._sweep_after = started_at + grace
 
-    def record(self, profile: str, source: str, findings: Iterable[ReportFinding], now: datetime) -> None:
+    def record(self, profile: str, source: str, findings: Iterable[Finding], now: datetime) -> None:
         """Replace what ``source`` found for ``profile``."""
         key, found = (profile, source), tuple(findings)
         old = self._findings.get(key, ())
         if found == old:
             return
-        for report in {finding.report for finding in old}:
+        for report in {report_of(finding) for finding in old}:
             self._by_report.get(report, {}).pop(key, None)
             self._due.add(report)
         for finding in found:
-            self._by_report.setdefault(finding.report, {}).setdefault(key, []).append(finding)
-            self._due.add(finding.report)
+            self._by_report.setdefault(report_of(finding), {}).setdefault(key, []).append(finding)
+            self._due.add(report_of(finding))
             self._first_seen.setdefault(finding.identity, now)
         for gone in {f.identity for f in old} - {f.identity for f in found}:
             self._first_seen.pop(gone, None)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from mountwarden.core.compliance import Consumer
 from mountwarden.core.node.activity import GBIT
 from mountwarden.core.node.report import NodeReport
+from mountwarden.core.vocabulary import BackendKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +50,7 @@ def server_load(mounts: Iterable[MountLoad], *, kind: str) -> list[dict]:
         write = sum(load.write_bytes_per_second or 0.0 for load in loads)
         nodes = len({load.node for load in loads})
         message = ""
-        if kind == "nfsv3-gateway":
+        if kind == BackendKind.NFSV3_GATEWAY:
             message = (f"{len(loads)} mount(s) on {nodes} node(s) share this gateway's network interface: "
                        f"{(read + write) / GBIT:.2f} Gbit/s together, and every one of them slows when it is full "
                        "(a funnel). Add gateways and spread the consumers, or move bulk data to the backing store "

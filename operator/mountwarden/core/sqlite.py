@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, NamedTuple
 
+from mountwarden.core.findings import Finding, Reason, Severity
 from mountwarden.core.node.kubelet import DEFAULT_KUBELET_ROOT, parse_volume_path
 from mountwarden.core.node.scan import NetworkMount
 from mountwarden.core.procfs import FileLock, MemoryMapping, MountinfoEntry, PodCgroup
@@ -109,12 +110,6 @@ REMEDY = _KEEP_LOCAL + _AS_YAML
 WAL_REMEDY = REMEDY + _WAL_STOPGAP.strip()
 
 
-class Severity(StrEnum):
-    CRITICAL = "critical"
-    WARNING = "warning"
-    INFO = "info"
-
-
 class JournalMode(StrEnum):
     ROLLBACK = "rollback"
     WAL = "wal"
@@ -131,7 +126,6 @@ class SqliteLock(StrEnum):
 
 
 _LOCK_STRENGTH = {level: rank for rank, level in enumerate(SqliteLock)}
-_SEVERITY_ORDER = {level: rank for rank, level in enumerate(Severity)}
 
 
 class FileId(NamedTuple):
@@ -179,8 +173,8 @@ class ProcessFiles:
 
 
 @dataclass(frozen=True, slots=True)
-class DatabaseFinding:
-    """One SQLite database in use by one process (or by a holder outside our pid namespace)."""
+class DatabaseInUse:
+    """One SQLite database in use by one process (or by a holder outside our pid namespace), as the scan saw it."""
 
     severity: Severity
     mode: JournalMode
@@ -196,8 +190,15 @@ class DatabaseFinding:
     message: str
     remedy: str
 
+    def finding(self) -> Finding:
+        """What it means: SQLite on a network mount, with the evidence the scan saw."""
+        evidence = {"mode": str(self.mode), "path": self.path or "", "lock": str(self.lock or ""),
+                    "device": self.file_id.major_minor, "mountPoint": self.mount_point}
+        return Finding(Reason.SQLITE_ON_NFS, self.severity, self.message, self.remedy,
+                       evidence={key: value for key, value in evidence.items() if value})
+
     def to_dict(self) -> dict[str, Any]:
-        """The CLI's JSON finding; its keys are also the fields of the NodeMountReport's SqliteFinding."""
+        """The CLI's JSON finding; its keys are also the fields of the NodeMountReport's sqlite entries."""
         return {
             "severity": str(self.severity),
             "mode": str(self.mode),
@@ -325,7 +326,7 @@ def find_sqlite_databases(
     mounts: Iterable[NetworkMount],
     processes: Mapping[int, ProcessFiles] | None = None,
     header_databases: Collection[FileId] = (),
-) -> tuple[DatabaseFinding, ...]:
+) -> tuple[DatabaseInUse, ...]:
     """One finding per (database, process) on a network filesystem, most severe first.
 
     ``locks`` are /proc/locks lines; ``processes`` what the lock holders (and, after a
@@ -389,7 +390,7 @@ def find_sqlite_databases(
                 )
     findings.sort(
         key=lambda finding: (
-            _SEVERITY_ORDER[finding.severity],
+            -finding.severity.rank,
             finding.file_id,
             -1 if finding.pid is None else finding.pid,
         )
@@ -449,13 +450,13 @@ def _finding(
     candidates: Sequence[NetworkMount],
     wal_index: _WalIndexLocks,
     waiting_pids: Sequence[int],
-) -> DatabaseFinding:
+) -> DatabaseInUse:
     lock = sqlite_lock_level(lines)
     pod = process.pod if process is not None else None
     path, listed_by_fd = _database_path(database, process)
     evidence = _journal_evidence(database, pid, lock, path, listed_by_fd, process, wal_index)
     mount, volume_name = _mount_of(candidates, pod.pod_uid if pod else None)
-    return DatabaseFinding(
+    return DatabaseInUse(
         severity=evidence.severity,
         mode=evidence.mode,
         pid=pid,

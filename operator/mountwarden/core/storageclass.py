@@ -263,8 +263,3 @@ class ClassEntry:
             content_hash=annotations.get(HASH_ANNOTATION, ""),
             created_at=metadata.get("creationTimestamp") or "",
         )
-
-
-def last_version(status: Mapping) -> int:
-    """The highest version a profile ever had (status.version and status.history): the next one is above it."""
-    return max([int(status.get("version") or 0), *(int(h["version"]) for h in status.get("history") or [])])

@@ -23,7 +23,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import kopf
 from pydantic import ValidationError
@@ -39,27 +39,25 @@ from mountwarden.adapters.webhookconfig import (
     cluster_server,
     excluded_namespaces,
     local_server,
-    parse_service,
 )
 from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.nodemountreport import PLURAL as REPORTS
-from mountwarden.api.storageprofile import PLURAL, StorageProfileSpec, desired_class
+from mountwarden.api.nodemountreport import report_write
+from mountwarden.api.storageprofile import PLURAL, ProfileStatus, StorageProfileSpec, desired_class
 from mountwarden.core.admission import (
     Claim,
     ClusterView,
     ProfileChange,
     ProfileEntry,
-    ReportWrite,
     Review,
     enforcing_profiles,
     review_claim,
     review_profile,
     review_report_write,
-    service_account_username,
 )
 from mountwarden.core.policy import SpecProblem
-from mountwarden.core.storageclass import last_version
 from mountwarden.handlers.config import OperatorConfig, WebhookMode
+from mountwarden.handlers.context import OperatorContext
 from mountwarden.handlers.indexes import DEFAULT, profile_entry
 
 log = logging.getLogger(__name__)
@@ -80,44 +78,34 @@ def resolve_mode(mode: WebhookMode, *, kubeconfig: str | None, environ: Mapping[
 ACTIVE_CHECK_SECONDS = 3.0
 
 
-@dataclass(frozen=True)
-class AdmissionSettings:
-    """The admission settings of OperatorConfig, parsed."""
+@dataclass
+class AdmissionState:
+    """What the admission handlers keep (mountwarden.handlers.context.OperatorContext.admission)."""
 
-    #: system:serviceaccount:NS:NAME of the node agent, whose report writes are checked; None checks none.
-    agent_username: str | None = None
-    #: cluster mode: the Service reference through which the API server reaches the webhook.
-    webhook_service: Mapping | None = None
-    #: cluster mode: the (chart-made) configuration that receives the deny profiles' webhooks.
-    enforce_configuration: str | None = None
-    #: A label key this replica puts on its own pod ($POD_NAMESPACE/$POD_NAME) while it answers admission.
-    active_label: str | None = None
+    #: Set once kopf's indexes have their initial listings: from then on, answers are whole.
+    ready: threading.Event = field(default_factory=threading.Event)
+    #: Whether this replica is the active peer (always, standalone).
+    replica_active: Callable[[], bool] = lambda: True
+    #: Writes the webhook configurations (locally every webhook; in a cluster the deny profiles'); None: none.
+    registrar: WebhookRegistrar | None = None
+    pvc_reviews: "PvcReviews | None" = None
+    #: The loop that keeps the active label on this replica's pod, and what stops it.
+    active_label_stop: threading.Event | None = None
+    active_label_thread: threading.Thread | None = None
 
-    @staticmethod
-    def from_config(config: OperatorConfig) -> "AdmissionSettings":
-        """Parse the settings; a malformed value raises ValueError naming it."""
-        return AdmissionSettings(
-            agent_username=service_account_username(config.agent_service_account)
-            if config.agent_service_account else None,
-            webhook_service=parse_service(config.webhook_service) if config.webhook_service else None,
-            enforce_configuration=config.enforce_configuration,
-            active_label=config.active_label,
-        )
+    def can_answer(self) -> bool:
+        """Whether this replica may receive admission requests: the active peer, with its indexes filled."""
+        return self.ready.is_set() and self.replica_active()
 
 
-def can_answer(memo: kopf.Memo) -> bool:
-    """Whether this replica may receive admission requests: the active peer, with its indexes filled."""
-    return memo.admission_ready.is_set() and memo.replica_active()
-
-
-def keep_active_label(memo: kopf.Memo, label: ActivePodLabel, stop: threading.Event, logger: logging.Logger,
-                      interval: float = ACTIVE_CHECK_SECONDS) -> None:
+def keep_active_label(admission: AdmissionState, label: ActivePodLabel, stop: threading.Event,
+                      logger: logging.Logger, interval: float = ACTIVE_CHECK_SECONDS) -> None:
     """Until ``stop``: label the pod while this replica can answer; on becoming active, rewrite the deny webhooks."""
     while True:
         try:
-            active = can_answer(memo)
-            if label.set(active) and active and memo.webhook_registrar is not None:
-                memo.webhook_registrar.refresh()
+            active = admission.can_answer()
+            if label.set(active) and active and admission.registrar is not None:
+                admission.registrar.refresh()
         except Exception:  # the API is unreachable for a moment: try again at the next tick
             logger.exception("could not update the active label of this replica's pod")
         if stop.wait(interval):
@@ -143,8 +131,8 @@ class PvcReviews:
     read (so that its errors stay kopf's).
     """
 
-    def __init__(self, memo: kopf.Memo) -> None:
-        self.memo = memo
+    def __init__(self, context: OperatorContext) -> None:
+        self.context = context
         self.indexes: dict | None = None
 
     def answer(self, request: Mapping) -> dict | None:
@@ -164,8 +152,8 @@ class PvcReviews:
         if not isinstance(payload, Mapping) or not _is_plain_pvc_create(payload):
             return None
         claim = payload["object"]
-        view = _view(self.memo, **self.indexes)
-        review = _review(self.memo, log, lambda: review_claim(Claim.from_object(claim), view))
+        view = _view(self.context, **self.indexes)
+        review = _review(self.context, log, lambda: review_claim(Claim.from_object(claim), view))
         response: dict = {"uid": payload.get("uid", ""), "allowed": not review.denial}
         if review.warnings:
             response["warnings"] = [str(warning) for warning in review.warnings]
@@ -221,84 +209,80 @@ class AnsweringPvcsFirst:
         return self.server(serve)
 
 
-def serve_admission(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger, **_) -> None:
+def serve_admission(settings: kopf.OperatorSettings, memo: OperatorContext, logger: logging.Logger, **_) -> None:
     """Give kopf its webhook server: one that registers itself (local), or one the chart points at (cluster)."""
-    config: OperatorConfig = memo.config
-    admission = AdmissionSettings.from_config(config)
-    memo.admission_settings = admission
-    memo.admission_ready = threading.Event()
-    memo.webhook_registrar = None
-    memo.active_label_stop = None
-    memo.replica_active = lambda: True
+    config = memo.config
+    admission = memo.admission = AdmissionState()
     if not settings.peering.standalone:
-        memo.replica_active = ActiveReplica(memo.kube_client, peering_name=settings.peering.name,
-                                            priority=settings.peering.priority, identity=os.environ.get("POD_ID"))
+        admission.replica_active = ActiveReplica(memo.kube_client, peering_name=settings.peering.name,
+                                                 priority=settings.peering.priority,
+                                                 identity=os.environ.get("POD_ID"))
     if resolve_mode(config.webhook_mode, kubeconfig=config.kubeconfig) == WebhookMode.LOCAL:
-        memo.webhook_registrar = WebhookRegistrar(memo.kube_client, excluded_namespaces(config.namespace),
-                                                  agent_username=admission.agent_username)
-        settings.admission.server = local_server(
-            memo.webhook_registrar, host=config.webhook_host, port=config.webhook_port,
-            cert_dir=config.webhook_cert_dir,
-        )
-    elif admission.enforce_configuration and admission.webhook_service:
-        memo.webhook_registrar = WebhookRegistrar(
+        admission.registrar = WebhookRegistrar(memo.kube_client, excluded_namespaces(config.namespace),
+                                               agent_username=config.agent_username)
+        server = local_server(admission.registrar, host=config.webhook_host, port=config.webhook_port,
+                              cert_dir=config.webhook_cert_dir)
+    elif config.enforce_configuration and config.webhook_service_ref:
+        admission.registrar = WebhookRegistrar(
             memo.kube_client, excluded_namespaces(config.namespace),
-            enforcement_configuration=admission.enforce_configuration, is_active=memo.replica_active,
+            enforcement_configuration=config.enforce_configuration, is_active=admission.replica_active,
         )
-        settings.admission.server = cluster_server(port=config.webhook_port, cert_dir=config.webhook_cert_dir,
-                                                   registrar=memo.webhook_registrar,
-                                                   service=admission.webhook_service)
+        server = cluster_server(port=config.webhook_port, cert_dir=config.webhook_cert_dir,
+                                registrar=admission.registrar, service=config.webhook_service_ref)
     else:
         logger.info("no --enforce-configuration and --webhook-service: deny profiles are enforced only while "
                     "the operator answers (the chart's webhooks are failurePolicy Ignore)")
-        settings.admission.server = cluster_server(port=config.webhook_port, cert_dir=config.webhook_cert_dir)
-    memo.pvc_reviews = PvcReviews(memo)
-    settings.admission.server = AnsweringPvcsFirst(settings.admission.server, memo.pvc_reviews)
-    if admission.active_label:
+        server = cluster_server(port=config.webhook_port, cert_dir=config.webhook_cert_dir)
+    admission.pvc_reviews = PvcReviews(memo)
+    settings.admission.server = AnsweringPvcsFirst(server, admission.pvc_reviews)
+    if config.active_label:
         pod, namespace = os.environ.get("POD_NAME"), config.namespace
         if not pod or not namespace:
             raise kopf.PermanentError("an active label needs the pod's own name and namespace: set POD_NAME and "
                                       "POD_NAMESPACE from the downward API")
-        label = ActivePodLabel(memo.kube_client, namespace=namespace, pod=pod, key=admission.active_label)
-        memo.active_label_stop = threading.Event()
-        memo.active_label_thread = threading.Thread(
-            target=keep_active_label, args=(memo, label, memo.active_label_stop, logger), name="active-label",
-            daemon=True)
-        memo.active_label_thread.start()
+        label = ActivePodLabel(memo.kube_client, namespace=namespace, pod=pod, key=config.active_label)
+        admission.active_label_stop = threading.Event()
+        admission.active_label_thread = threading.Thread(
+            target=keep_active_label, args=(admission, label, admission.active_label_stop, logger),
+            name="active-label", daemon=True)
+        admission.active_label_thread.start()
 
 
-def stop_active_label(memo: kopf.Memo, **_) -> None:
-    if getattr(memo, "active_label_stop", None) is not None:
-        memo.active_label_stop.set()
-        memo.active_label_thread.join(timeout=15)
+def stop_active_label(memo: OperatorContext, **_) -> None:
+    admission = memo.admission
+    if admission is not None and admission.active_label_stop is not None:
+        admission.active_label_stop.set()
+        admission.active_label_thread.join(timeout=15)
 
 
 # -- keeping up with the indexes (mountwarden.handlers.indexes) ---------------------------------------
 
 
-def indexes_filled(memo: kopf.Memo, **kwargs) -> None:
+def indexes_filled(memo: OperatorContext, **kwargs) -> None:
     """kopf calls event handlers only once every index has its initial listing: from then on, answers are whole."""
-    if memo.pvc_reviews.indexes is None:
-        memo.pvc_reviews.indexes = {  # live views: kept once
+    admission = memo.admission
+    if admission.pvc_reviews.indexes is None:
+        admission.pvc_reviews.indexes = {  # live views: kept once
             **{name: kwargs[name] for name in PVC_VIEW_INDEXES},
             "volumes_by_class": memo.watches.indexes["volumes_by_class"]}
-    memo.admission_ready.set()
+    admission.ready.set()
 
 
-def enforce_deny_profiles(memo: kopf.Memo, profiles_by_name: kopf.Index, **_) -> None:
+def enforce_deny_profiles(memo: OperatorContext, profiles_by_name: kopf.Index, **_) -> None:
     """In a cluster, keep one failurePolicy Fail webhook per deny profile in the chart's enforce configuration.
 
     Locally the registrar renders none (every local webhook is Ignore): this only keeps it informed.
     """
-    if memo.webhook_registrar is not None:
-        memo.webhook_registrar.enforce(enforcing_profiles(e for entries in profiles_by_name.values() for e in entries))
+    registrar = memo.admission.registrar
+    if registrar is not None:
+        registrar.enforce(enforcing_profiles(e for entries in profiles_by_name.values() for e in entries))
 
 
 # -- validating handlers ------------------------------------------------------------------------------
 # async: they run on kopf's event loop at once, never queued behind reconcilers in its thread pool.
 
 
-def _view(memo: kopf.Memo, profiles_by_name: kopf.Index, classes_by_name: kopf.Index, classes_by_profile: kopf.Index,
+def _view(memo: OperatorContext, profiles_by_name: kopf.Index, classes_by_name: kopf.Index, classes_by_profile: kopf.Index,
           default_classes: kopf.Index, namespace_labels: kopf.Index, volumes_by_class: kopf.Index,
           profiles_by_consumer: kopf.Index | None = None) -> ClusterView:
     return ClusterView(
@@ -317,8 +301,8 @@ class ReviewUnavailable(Exception):
     """No whole answer now: the request's fate is the calling webhook's failurePolicy (an HTTP error is answered)."""
 
 
-def _review(memo: kopf.Memo, logger, decide: Callable[[], Review]) -> Review:
-    if not memo.admission_ready.is_set():
+def _review(memo: OperatorContext, logger, decide: Callable[[], Review]) -> Review:
+    if not memo.admission.ready.is_set():
         raise ReviewUnavailable("mountwarden's indexes are still filling from the initial listings")
     try:
         return decide()
@@ -335,7 +319,7 @@ def _answer(review: Review, warnings: list[str]) -> None:
 
 
 @with_cluster_indexes
-async def validate_pvc(body: kopf.Body, warnings: list[str], memo: kopf.Memo, logger,
+async def validate_pvc(body: kopf.Body, warnings: list[str], memo: OperatorContext, logger,
                        profiles_by_name: kopf.Index, classes_by_name: kopf.Index, classes_by_profile: kopf.Index,
                        default_classes: kopf.Index, namespace_labels: kopf.Index, volumes_by_class: kopf.Index,
                        profiles_by_consumer: kopf.Index, **_) -> None:
@@ -362,14 +346,14 @@ def profile_change(name: str, body: Mapping, *, updating: bool) -> ProfileChange
         warnings=policy.warnings,
         desired=desired_class(spec, policy) if policy.valid else None,
         default=spec.default,
-        last_version=last_version(status),
+        last_version=ProfileStatus(status).last_version,
         updating=updating,
     )
 
 
 @with_cluster_indexes
 async def validate_profile(name: str, body: kopf.Body, old: kopf.Body | None, operation: str, warnings: list[str],
-                           memo: kopf.Memo, logger, profiles_by_name: kopf.Index, classes_by_name: kopf.Index,
+                           memo: OperatorContext, logger, profiles_by_name: kopf.Index, classes_by_name: kopf.Index,
                            classes_by_profile: kopf.Index, default_classes: kopf.Index, namespace_labels: kopf.Index,
                            volumes_by_class: kopf.Index, **_) -> None:
     updating = operation == "UPDATE"
@@ -383,14 +367,14 @@ async def validate_profile(name: str, body: kopf.Body, old: kopf.Body | None, op
             warnings)
 
 
-async def validate_report(body: kopf.Body, userinfo: Mapping, warnings: list[str], memo: kopf.Memo, **_) -> None:
+async def validate_report(body: kopf.Body, userinfo: Mapping, warnings: list[str], memo: OperatorContext,
+                          **_) -> None:
     """The agent writes only its own node's report. No index is read: this answer is whole from the start.
 
     A failure here is an HTTP error like any other; the webhook is failurePolicy Fail in a cluster (a
     security check), so the write is refused there, as when the API server cannot reach the webhook.
     """
-    _answer(review_report_write(ReportWrite.from_request(body, userinfo), memo.admission_settings.agent_username),
-            warnings)
+    _answer(review_report_write(report_write(body, userinfo), memo.config.agent_username), warnings)
 
 
 def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:

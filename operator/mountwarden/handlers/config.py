@@ -1,7 +1,11 @@
 """Operator settings: the handlers are registered from them, and read them from kopf's memo (``memo.config``)."""
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
+
+from mountwarden.adapters.webhookconfig import parse_service
+from mountwarden.core.admission import service_account_username
 
 
 class WebhookMode(StrEnum):
@@ -49,3 +53,21 @@ class OperatorConfig:
     report_stale_after: float = 900.0
     #: Publish findings as wgpolicyk8s.io PolicyReports (when their CRDs are served).
     policy_reports: bool = False
+
+    # Parsed from the settings above, once, when the config is made (a ValueError names the flag that is wrong).
+    #: system:serviceaccount:NS:NAME of agent_service_account; None checks no report writes.
+    agent_username: str | None = field(init=False, default=None)
+    #: webhook_service as a webhook clientConfig's service reference.
+    webhook_service_ref: Mapping | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        try:
+            username = service_account_username(self.agent_service_account) if self.agent_service_account else None
+        except ValueError as error:
+            raise ValueError(f"--agent-service-account: {error}") from None
+        try:
+            service = parse_service(self.webhook_service) if self.webhook_service else None
+        except ValueError as error:
+            raise ValueError(f"--webhook-service: {error}") from None
+        object.__setattr__(self, "agent_username", username)
+        object.__setattr__(self, "webhook_service_ref", service)

@@ -13,17 +13,18 @@ and names the busiest in ``status.credits.consumers``.
 """
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 import kopf
+from pydantic import ValidationError
 
 from mountwarden.adapters.aws import CreditWatchError, fetch_credit_series, make_clients
 from mountwarden.adapters.pods import PodPlacements
 from mountwarden.adapters.watches import with_cluster_indexes
 from mountwarden.api.base import GROUP, VERSION
-from mountwarden.api.storageprofile import PLURAL, CreditsStatus
+from mountwarden.api.storageprofile import PLURAL, CreditsStatus, StorageProfileSpec
 from mountwarden.core.credits import (
     DEFAULT_HISTORY,
     CreditSeries,
@@ -39,11 +40,11 @@ from mountwarden.core.credits.consumers import (
     reported_volumes,
     summarize_consumers,
 )
-from mountwarden.core.credits.consumers import watched_file_system as profile_file_system
 from mountwarden.core.node.report import of_own_pods
 from mountwarden.core.policyreport import credit_findings
 from mountwarden.handlers import findings, metrics
 from mountwarden.handlers.config import OperatorConfig
+from mountwarden.handlers.context import OperatorContext
 from mountwarden.handlers.errors import retry_transient
 
 PROFILE = (GROUP, VERSION, PLURAL)
@@ -63,12 +64,17 @@ class CreditWatchTarget:
     profile: str | None = None
 
 
-def watched_file_system(spec: dict) -> CreditWatchTarget | None:
-    """The file system a profile's credit watch covers: creditWatch, else an EFS backend's fileSystemId."""
-    watched = profile_file_system(spec)
+def watched_file_system(spec: Mapping) -> CreditWatchTarget | None:
+    """The file system a profile's credit watch covers (StorageProfileSpec.watched_file_system); None for a spec
+    that watches none, or is not valid."""
+    try:
+        profile = StorageProfileSpec.model_validate(dict(spec))
+    except ValidationError:
+        return None
+    watched = profile.watched_file_system()
     if watched is None:
         return None
-    hours = (spec.get("creditWatch") or {}).get("windowHours")
+    hours = profile.credit_watch.window_hours if profile.credit_watch else None
     return CreditWatchTarget(*watched, timedelta(hours=hours) if hours else DEFAULT_HISTORY)
 
 
@@ -190,7 +196,7 @@ def _first(index: kopf.Index, key):
 @with_cluster_indexes
 @retry_transient
 def watch_credits(name: str, body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta,
-                  patch: kopf.Patch, memo: kopf.Memo, credit_watch_targets: kopf.Index, reports_by_node: kopf.Index,
+                  patch: kopf.Patch, memo: OperatorContext, credit_watch_targets: kopf.Index, reports_by_node: kopf.Index,
                   claims_by_volume: kopf.Index, classes_by_name: kopf.Index, **_) -> None:
     target = watched_file_system(dict(spec))
     if target is None:
@@ -207,12 +213,15 @@ def watch_credits(name: str, body: kopf.Body, spec: kopf.Spec, status: kopf.Stat
     patch.status["credits"] = _replacing(previous, credits)
     memo.conditions.set(name, "CreditsDraining", condition["status"], condition["reason"], condition["message"],
                         meta.get("generation"), writer="credits", current=status)
+    found = credit_findings(name, credits)
     if credits["state"] != previous_state:
-        post = kopf.warn if credits["state"] in ("Draining", "Empty", "Trap") else kopf.info
-        post(body, reason=f"Credits{credits['state']}", message=f"{target.file_system_id}: {credits['message']}")
+        if found:
+            findings.warn(body, found[0])
+        else:  # back to Healthy, or Unknown: said, but not a finding
+            kopf.info(body, reason=f"Credits{credits['state']}", message=f"{target.file_system_id}: {credits['message']}")
     metrics.record_credits(name, credits)
     metrics.record_consumers(target.file_system_id, consumers)
-    findings.publish(memo, name, findings.CREDITS, credit_findings(name, credits))
+    findings.publish(memo, name, findings.CREDITS, found)
 
 
 def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:

@@ -1,67 +1,53 @@
-"""Where the handlers hand their findings: the PolicyReports' publisher, when they are on.
+"""Where findings go out: pod Events (each once), PolicyReports (when they are on) and metrics, from one list.
 
-The compliance check and the credit watch call `publish` with a profile's findings; it does nothing unless
-mountwarden.handlers.policyreports is registered (--policy-reports) and found the report CRDs served. The core
-builds the reports (mountwarden.core.policyreport), the adapter writes them. A report that cannot be written
-now is written at the next check: the findings themselves are in status and Events already.
+The compliance check and the credit watch hand a profile's findings (mountwarden.core.findings.Finding) to
+``publish``, which renders them to the PolicyReports and to the ``mountwarden_findings`` gauge; the node reports'
+handler posts each finding on its pod with ``post_once``. Each door renders the same Finding: its reason is
+the Event's reason (or the one it maps to: ``EVENT_REASONS``), the PolicyReport's rule and the metric's label.
 """
 
 import logging
-import threading
-from collections.abc import Iterable
-from datetime import UTC, datetime
+from collections.abc import Iterable, Mapping
 
 import kopf
-from kubernetes.client import ApiException
 
-from mountwarden.adapters.kube import TransientApiError
-from mountwarden.adapters.policyreports import PolicyReports
-from mountwarden.core.policyreport import PolicyReportBook, ReportFinding
+from mountwarden.core.findings import Finding, Reason
+from mountwarden.handlers import metrics
+from mountwarden.handlers.context import OperatorContext
+from mountwarden.handlers.posted import PostedFindings
 
+#: What found them: each source's findings of a profile replace that source's earlier ones.
 COMPLIANCE, CREDITS = "compliance", "credits"
-log = logging.getLogger("mountwarden.policyreports")
+log = logging.getLogger(__name__)
+
+#: The Event reason of each finding's reason, where they differ: every option drift is MountPolicyDrift.
+EVENT_REASONS = {Reason.OPTION_MISMATCH: "MountPolicyDrift", Reason.UNDECLARED_OPTION: "MountPolicyDrift"}
 
 
-class PolicyReportPublisher:
-    """The book of findings and the API, under one lock: handlers of several profiles run at once."""
-
-    def __init__(self, reports: PolicyReports, book: PolicyReportBook) -> None:
-        self.reports = reports
-        self.book = book
-        self._lock = threading.Lock()
-
-    def record(self, profile: str, source: str, findings: Iterable[ReportFinding]) -> None:
-        now = datetime.now(UTC)
-        with self._lock:
-            self.book.record(profile, source, findings, now)
-            self._sync(now)
-
-    def forget(self, profile: str) -> None:
-        now = datetime.now(UTC)
-        with self._lock:
-            self.book.forget(profile, now)
-            self._sync(now)
-
-    def _sync(self, now: datetime) -> None:
-        plan = self.book.plan(now)
-        for key, body in plan.writes.items():
-            try:
-                self.reports.write(key, body)
-                self.book.written(key, body)
-            except (ApiException, TransientApiError) as error:
-                log.warning(f"could not write the {body['kind']} of {key or 'the cluster'} (retried at the next "
-                            f"check): {getattr(error, 'reason', None) or error}")
-        for key in plan.deletes:
-            try:
-                self.reports.delete(key)
-                self.book.deleted(key)
-            except (ApiException, TransientApiError) as error:
-                log.warning(f"could not delete the policy report of {key or 'the cluster'} (retried at the next "
-                            f"check): {getattr(error, 'reason', None) or error}")
+def event_reason(finding: Finding) -> str:
+    return EVENT_REASONS.get(finding.reason, str(finding.reason))
 
 
-def publish(memo: kopf.Memo, profile: str, source: str, findings: Iterable[ReportFinding]) -> None:
-    """Hand one profile's findings of one source to the reports; nothing when they are off."""
-    publisher: PolicyReportPublisher | None = memo.get("policy_reports")
-    if publisher is not None:
-        publisher.record(profile, source, findings)
+def warn(body: Mapping, finding: Finding) -> None:
+    """A Warning Event on ``body`` saying ``finding``."""
+    kopf.warn(body, reason=event_reason(finding), message=finding.message[:1000])
+
+
+def post_once(posted: PostedFindings, finding: Finding) -> None:
+    """A Warning Event on the finding's subject, once (PostedFindings remembers it for as long as Events live)."""
+    subject = finding.subject
+    assert subject is not None and subject.uid is not None, finding
+    if not posted.first_time(subject.uid, event_reason(finding), finding.message):
+        return
+    log.info("%s %s/%s: %s: %s", subject.kind.lower(), subject.namespace, subject.name, event_reason(finding),
+             finding.message)
+    warn({"apiVersion": subject.api_version, "kind": subject.kind,
+          "metadata": {"name": subject.name, "namespace": subject.namespace, "uid": subject.uid}}, finding)
+
+
+def publish(context: OperatorContext, profile: str, source: str, findings: Iterable[Finding]) -> None:
+    """One profile's findings of one source: to the PolicyReports (when on) and the findings gauge."""
+    findings = list(findings)
+    metrics.record_findings(profile, source, findings)
+    if context.policy_reports is not None:
+        context.policy_reports.record(profile, source, findings)

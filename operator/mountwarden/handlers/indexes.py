@@ -47,14 +47,15 @@ from mountwarden.adapters.pods import POD_INDEXES, pod_entries
 from mountwarden.adapters.watches import CoreWatches, Entries
 from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.nodemountreport import PLURAL as REPORTS
+from mountwarden.api.nodemountreport import UnreadableReport, read_node_report
 from mountwarden.api.storageprofile import PLURAL as PROFILES
-from mountwarden.api.storageprofile import StorageProfileSpec
+from mountwarden.api.storageprofile import ProfileStatus, StorageProfileSpec
 from mountwarden.core.admission import ProfileEntry, consumer_keys
 from mountwarden.core.compliance import Contract
-from mountwarden.core.node.report import NodeReport, UnreadableReport
 from mountwarden.core.policy import ResolvedPolicy, backend_kind
 from mountwarden.core.storageclass import PROFILE_LABEL, ClassEntry
 from mountwarden.handlers.config import OperatorConfig, WebhookMode
+from mountwarden.handlers.context import OperatorContext
 from mountwarden.handlers.credits import watched_file_system
 
 PROFILE = (GROUP, VERSION, PROFILES)
@@ -88,7 +89,7 @@ async def contracts(name: str, spec: kopf.Spec, status: kopf.Status, **_) -> dic
     if valid is None:
         return {}
     profile, policy = valid
-    throughput_mode = (status.get("credits") or {}).get("throughputMode")
+    throughput_mode = ProfileStatus(status).throughput_mode
     return {name: Contract(policy.options, tuple(profile.required_options), tuple(profile.forbidden_options),
                            str(profile.sqlite), profile.thresholds(throughput_mode),
                            backend_kind(profile.backend.provisioner, profile.backend.kind))}
@@ -96,8 +97,7 @@ async def contracts(name: str, spec: kopf.Spec, status: kopf.Status, **_) -> dic
 
 def profile_entry(name: str, spec: StorageProfileSpec, status) -> ProfileEntry:
     consumers = spec.consumers
-    file_system_id = (spec.credit_watch.file_system_id if spec.credit_watch else None) or \
-        spec.backend.parameters.get("fileSystemId")
+    watched = spec.watched_file_system()
     return ProfileEntry(
         name=name,
         provisioner=spec.backend.provisioner,
@@ -106,9 +106,9 @@ def profile_entry(name: str, spec: StorageProfileSpec, status) -> ProfileEntry:
         enforcement=str(spec.enforcement),
         sqlite=str(spec.sqlite),
         cache_policy=str(spec.cache_policy) if spec.cache_policy else None,
-        file_system_id=file_system_id,
-        throughput_mode=(status.get("credits") or {}).get("throughputMode"),
-        storage_class_name=status.get("storageClassName"),
+        file_system_id=watched[0] if watched else None,
+        throughput_mode=ProfileStatus(status).throughput_mode,
+        storage_class_name=ProfileStatus(status).storage_class_name,
         effective_options=spec.resolve().options,
     )
 
@@ -130,7 +130,7 @@ def profiles_by_consumer(name: str, spec: kopf.Spec, status: kopf.Status, **_) -
 
 async def rollouts_under_way(name: str, status: kopf.Status, **_) -> dict:
     """Profiles whose rollout is not complete: their consumers mix old and new options on purpose."""
-    phase = (status.get("rollout") or {}).get("phase")
+    phase = ProfileStatus(status).rollout_phase
     return {name: phase} if phase and phase != "Complete" else {}
 
 
@@ -196,7 +196,7 @@ def cluster_watches(client) -> CoreWatches:
 SYNC_TIMEOUT = 120.0
 
 
-async def follow_cluster(memo: kopf.Memo, logger, **_) -> None:
+async def follow_cluster(memo: OperatorContext, logger, **_) -> None:
     """Start the watches of pods, PVs and claims, and let kopf start only once their first lists are in."""
     memo.watches.start()
     if not await asyncio.to_thread(memo.watches.wait_synced, SYNC_TIMEOUT):
@@ -210,7 +210,7 @@ async def follow_cluster(memo: kopf.Memo, logger, **_) -> None:
     gc.freeze()
 
 
-def stop_following_cluster(memo: kopf.Memo, **_) -> None:
+def stop_following_cluster(memo: OperatorContext, **_) -> None:
     memo.watches.stop()
 
 
@@ -224,7 +224,7 @@ def namespace_labels(name: str, labels: kopf.Labels, **_) -> dict:
 async def reports_by_node(name: str, spec: kopf.Spec, **_) -> dict:
     """Each node's report, read once when it changes (one that cannot be read counts as missing)."""
     try:
-        return {name: NodeReport.from_spec(name, spec)}
+        return {name: read_node_report(name, spec)}
     except UnreadableReport:
         return {}
 

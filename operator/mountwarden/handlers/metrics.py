@@ -4,13 +4,16 @@ The chart's PrometheusRule (metrics.prometheusRule) alerts on these names; a uni
 checks that every name it uses is one defined here.
 """
 
+import collections
 import contextlib
 import threading
+from collections.abc import Iterable
 
 from prometheus_client import Counter, Gauge, start_http_server
 
 from mountwarden.core.credits import CreditState
 from mountwarden.core.credits.consumers import ConsumerSummary
+from mountwarden.core.findings import Finding
 
 _CREDIT_LABELS = ("profile", "file_system_id")
 CREDIT_BALANCE = Gauge("mountwarden_credit_balance_bytes", "EFS BurstCreditBalance", _CREDIT_LABELS)
@@ -115,6 +118,25 @@ def record_compliance(profile: str, counts: dict[str, dict[str, int]], sqlite_da
     SQLITE_DATABASES.labels(profile).set(sqlite_databases)
 
 
+FINDINGS = Gauge("mountwarden_findings", "Findings of a profile now, by what found them, their reason and severity "
+                 "(the same findings as its PolicyReport results and Events)", ("profile", "source", "reason", "severity"))
+_finding_series: dict[tuple[str, str], set[tuple[str, ...]]] = {}
+_findings_lock = threading.Lock()
+
+
+def record_findings(profile: str, source: str, findings: Iterable[Finding]) -> None:
+    """Set a profile's finding counts of one source; the reasons no longer found are removed."""
+    counts = collections.Counter((profile, source, str(f.reason), str(f.severity)) for f in findings if f.counts)
+    with _findings_lock:
+        known = _finding_series.get((profile, source), set())
+        for gone in known - set(counts):
+            with contextlib.suppress(KeyError):
+                FINDINGS.remove(*gone)
+        for labels, number in counts.items():
+            FINDINGS.labels(*labels).set(number)
+        _finding_series[(profile, source)] = set(counts)
+
+
 REPORT_ENTRIES_DROPPED = Counter(
     "mountwarden_report_entries_dropped",
     "Entries of a node's report naming a pod not scheduled on that node (reason other-node), or no known pod "
@@ -125,13 +147,16 @@ POSTED_FINDINGS = Gauge("mountwarden_posted_findings",
 #: The gauges labelled by one profile: a deleted profile's series go with it.
 _PROFILE_GAUGES = (CREDIT_BALANCE, CREDIT_SLOPE, CREDIT_TIME_TO_EMPTY, CREDIT_PERMITTED, CREDIT_METERED,
                    CREDIT_NET_CHANGE, CREDIT_IO_LIMIT, CREDIT_ELASTIC_COST, CREDIT_STATE, PROFILE_METERED,
-                   PROFILE_VOLUMES, PROFILE_PODS, SQLITE_DATABASES)
+                   PROFILE_VOLUMES, PROFILE_PODS, SQLITE_DATABASES, FINDINGS)
 
 
 def forget_profile(profile: str) -> None:
     """Remove every series of a deleted profile, so that the metrics neither outlive it nor grow with churn."""
     for gauge in _PROFILE_GAUGES:
         gauge.remove_by_labels({"profile": profile})
+    with _findings_lock:
+        for key in [key for key in _finding_series if key[0] == profile]:
+            del _finding_series[key]
     with _consumers_lock:
         # A consumer's series names every profile of its volumes, comma-joined.
         for file_system_id, series in _consumer_series.items():

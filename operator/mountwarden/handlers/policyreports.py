@@ -1,26 +1,72 @@
 """PolicyReports on (`mountwarden operator --policy-reports`, the chart's policyReports.enabled): find the report
-CRDs at start-up, or say in one line that they are missing and carry on without; follow profiles' deletion.
+CRDs at start-up, or say in one line that they are missing and carry on without; write what the findings say;
+follow profiles' deletion.
 
-Registered only when asked for (`register` does nothing otherwise); the findings reach the reports through
-mountwarden.handlers.findings.
+Registered only when asked for (`register` does nothing otherwise). The findings reach the publisher through
+mountwarden.handlers.findings; the core builds the reports (mountwarden.core.policyreport), the adapter writes
+them (mountwarden.adapters.policyreports). A report that cannot be written now is written at the next check: the
+findings themselves are in status and Events already.
 """
 
 import logging
+import threading
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
 import kopf
 from kubernetes.client import ApiException
 
+from mountwarden.adapters.kube import TransientApiError
 from mountwarden.adapters.policyreports import PolicyReports
 from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.storageprofile import PLURAL
+from mountwarden.core.findings import Finding
 from mountwarden.core.policyreport import PolicyReportBook
 from mountwarden.handlers.config import OperatorConfig
+from mountwarden.handlers.context import OperatorContext
 from mountwarden.handlers.credits import watched_file_system
 from mountwarden.handlers.errors import retry_transient
-from mountwarden.handlers.findings import CREDITS, PolicyReportPublisher
+from mountwarden.handlers.findings import CREDITS
 
 log = logging.getLogger("mountwarden.policyreports")
+
+
+class PolicyReportPublisher:
+    """The book of findings and the API, under one lock: handlers of several profiles run at once."""
+
+    def __init__(self, reports: PolicyReports, book: PolicyReportBook) -> None:
+        self.reports = reports
+        self.book = book
+        self._lock = threading.Lock()
+
+    def record(self, profile: str, source: str, findings: Iterable[Finding]) -> None:
+        now = datetime.now(UTC)
+        with self._lock:
+            self.book.record(profile, source, findings, now)
+            self._sync(now)
+
+    def forget(self, profile: str) -> None:
+        now = datetime.now(UTC)
+        with self._lock:
+            self.book.forget(profile, now)
+            self._sync(now)
+
+    def _sync(self, now: datetime) -> None:
+        plan = self.book.plan(now)
+        for key, body in plan.writes.items():
+            try:
+                self.reports.write(key, body)
+                self.book.written(key, body)
+            except (ApiException, TransientApiError) as error:
+                log.warning(f"could not write the {body['kind']} of {key or 'the cluster'} (retried at the next "
+                            f"check): {getattr(error, 'reason', None) or error}")
+        for key in plan.deletes:
+            try:
+                self.reports.delete(key)
+                self.book.deleted(key)
+            except (ApiException, TransientApiError) as error:
+                log.warning(f"could not delete the policy report of {key or 'the cluster'} (retried at the next "
+                            f"check): {getattr(error, 'reason', None) or error}")
 
 
 def grace(config: OperatorConfig) -> timedelta:
@@ -29,7 +75,7 @@ def grace(config: OperatorConfig) -> timedelta:
 
 
 @retry_transient
-def start_policy_reports(memo: kopf.Memo, **_) -> None:
+def start_policy_reports(memo: OperatorContext, **_) -> None:
     reports = PolicyReports(memo.kube_client)
     try:
         missing = reports.missing_resources()
@@ -48,9 +94,9 @@ def start_policy_reports(memo: kopf.Memo, **_) -> None:
              "ClusterPolicyReport 'mountwarden'")
 
 
-def follow_profile(name: str, type: str, spec: kopf.Spec, memo: kopf.Memo, **_) -> None:
+def follow_profile(name: str, type: str, spec: kopf.Spec, memo: OperatorContext, **_) -> None:
     """A deleted profile takes its findings along; one no longer watching credits, its credit finding."""
-    publisher: PolicyReportPublisher | None = memo.get("policy_reports")
+    publisher = memo.policy_reports
     if publisher is None:
         return
     if type == "DELETED":

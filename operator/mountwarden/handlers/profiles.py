@@ -13,17 +13,17 @@ from pydantic import ValidationError
 from mountwarden.adapters.kube import StorageClasses
 from mountwarden.adapters.watches import with_cluster_indexes
 from mountwarden.api.base import GROUP, VERSION
-from mountwarden.api.storageprofile import PLURAL, StorageProfileSpec, desired_class
+from mountwarden.api.storageprofile import PLURAL, ProfileStatus, StorageProfileSpec, desired_class
 from mountwarden.core.storageclass import (
     PROFILE_LABEL,
     ClassPlan,
     ExistingClass,
-    last_version,
     plan_classes,
     plan_release,
     version_history,
 )
 from mountwarden.handlers.config import OperatorConfig
+from mountwarden.handlers.context import OperatorContext
 from mountwarden.handlers.errors import retry_transient
 
 PROFILE = (GROUP, VERSION, PLURAL)
@@ -69,7 +69,7 @@ def _validation_message(error: ValidationError) -> str:
     return "; ".join(problems)
 
 
-def _refuse(name: str, body: kopf.Body, status: kopf.Status, memo: kopf.Memo, generation: int | None,
+def _refuse(name: str, body: kopf.Body, status: kopf.Status, memo: OperatorContext, generation: int | None,
             message: str) -> None:
     """An invalid spec never touches a StorageClass: say why on the profile and in an Event."""
     kept = {key: status[key] for key in CLASS_FIELDS if status.get(key) is not None}
@@ -82,7 +82,7 @@ def _refuse(name: str, body: kopf.Body, status: kopf.Status, memo: kopf.Memo, ge
 @retry_transient
 def reconcile_profile(
     name: str, body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta, patch: kopf.Patch,
-    memo: kopf.Memo, volumes_by_class: kopf.Index, unbound_claims_by_class: kopf.Index, logger, **_,
+    memo: OperatorContext, volumes_by_class: kopf.Index, unbound_claims_by_class: kopf.Index, logger, **_,
 ) -> None:
     generation = meta.get("generation")
     try:
@@ -100,7 +100,7 @@ def reconcile_profile(
     desired = desired_class(profile, policy)
     classes: StorageClasses = memo.storage_classes
     existing = _lineage(classes, name, volumes_by_class, unbound_claims_by_class)
-    plan = plan_classes(name, desired, existing, make_default=profile.default, last_version=last_version(status))
+    plan = plan_classes(name, desired, existing, make_default=profile.default, last_version=ProfileStatus(status).last_version)
     _apply(classes, plan)
     if plan.create is not None:
         message = f"created StorageClass {plan.current_name}: {','.join(desired.mount_options)}"
@@ -132,7 +132,7 @@ def reconcile_profile(
 @with_cluster_indexes
 @retry_transient
 def release_profile(
-    name: str, memo: kopf.Memo, volumes_by_class: kopf.Index, unbound_claims_by_class: kopf.Index, logger, **_
+    name: str, memo: OperatorContext, volumes_by_class: kopf.Index, unbound_claims_by_class: kopf.Index, logger, **_
 ) -> None:
     """Remove the profile's unused classes; keep the ones volumes still use, labelled orphaned."""
     classes: StorageClasses = memo.storage_classes
@@ -149,7 +149,7 @@ def _history_holders_changed(history: Iterable[dict], volumes: kopf.Index, claim
 @with_cluster_indexes
 @retry_transient
 def collect_unused_versions(
-    name: str, status: kopf.Status, patch: kopf.Patch, memo: kopf.Memo,
+    name: str, status: kopf.Status, patch: kopf.Patch, memo: OperatorContext,
     volumes_by_class: kopf.Index, unbound_claims_by_class: kopf.Index, **_,
 ) -> None:
     """Delete superseded classes once their last volume is gone; keep status.history's holders true.

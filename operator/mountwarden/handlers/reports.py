@@ -15,24 +15,26 @@ from mountwarden.adapters.pods import PodPlacement, PodPlacements
 from mountwarden.adapters.watches import with_cluster_indexes
 from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.nodemountreport import PLURAL as REPORTS
+from mountwarden.api.nodemountreport import UnreadableReport, read_node_report
 from mountwarden.api.storageprofile import PLURAL as PROFILES
 from mountwarden.core.compliance import Consumer, ProfileCompliance, VolumeState, assess
 from mountwarden.core.conditions import find_condition
-from mountwarden.core.node.check import HEALTH_REASONS
-from mountwarden.core.node.report import NodeReport, UnreadableReport, of_own_pods
+from mountwarden.core.findings import Reason, Subject
+from mountwarden.core.node.report import NodeReport, of_own_pods
 from mountwarden.core.policyreport import compliance_findings
 from mountwarden.core.serverload import mount_loads, server_load
 from mountwarden.handlers import findings, metrics
 from mountwarden.handlers.config import OperatorConfig
+from mountwarden.handlers.context import OperatorContext
 from mountwarden.handlers.errors import retry_transient
 from mountwarden.handlers.indexes import one
-from mountwarden.handlers.posted import PostedFindings
 
 PROFILE = (GROUP, VERSION, PROFILES)
 log = logging.getLogger(__name__)
 
-_EVENT_REASONS = {"OptionMismatch": "MountPolicyDrift", "UndeclaredOption": "MountPolicyDrift",
-                  "SuperblockShared": "SuperblockShared", "NconnectIgnored": "NconnectIgnored"}
+#: Findings on a volume's options posted as pod Events (not while the profile's rollout is under way).
+DRIFT_REASONS = frozenset({Reason.OPTION_MISMATCH, Reason.UNDECLARED_OPTION, Reason.SUPERBLOCK_SHARED,
+                           Reason.NCONNECT_IGNORED})
 
 
 def consumers_of(profile: str, classes_by_profile: kopf.Index, volumes_by_class: kopf.Index,
@@ -58,7 +60,7 @@ def _reports(reports_by_node: kopf.Index, nodes: Iterable[str | None], pods: Pod
 @with_cluster_indexes
 @retry_transient
 def assess_compliance(
-    name: str, status: kopf.Status, meta: kopf.Meta, patch: kopf.Patch, memo: kopf.Memo,
+    name: str, status: kopf.Status, meta: kopf.Meta, patch: kopf.Patch, memo: OperatorContext,
     contracts: kopf.Index, reports_by_node: kopf.Index, claims_by_volume: kopf.Index, classes_by_profile: kopf.Index,
     volumes_by_class: kopf.Index, **_,
 ) -> None:
@@ -90,8 +92,8 @@ def assess_compliance(
 
 @with_cluster_indexes
 def announce_findings(
-    name: str, spec: kopf.Spec, type: str, memo: kopf.Memo, contracts: kopf.Index, claims_by_volume: kopf.Index,
-    classes_by_name: kopf.Index, rollouts_under_way: kopf.Index, **_,
+    name: str, spec: kopf.Spec, type: str, memo: OperatorContext, contracts: kopf.Index,
+    claims_by_volume: kopf.Index, classes_by_name: kopf.Index, rollouts_under_way: kopf.Index, **_,
 ) -> None:
     """Post a Warning Event on each pod whose mount drifted, is stuck or struggling, or runs SQLite on NFS.
 
@@ -104,7 +106,7 @@ def announce_findings(
     if type == "DELETED" or not spec:
         return
     try:
-        report = NodeReport.from_spec(name, spec)
+        report = read_node_report(name, spec)
     except UnreadableReport:
         return
     report, foreign = of_own_pods(report, memo.pods.node_of)
@@ -112,7 +114,6 @@ def announce_findings(
         metrics.REPORT_ENTRIES_DROPPED.labels(entry.node, entry.reason).inc()
         # A pod gone while its mount lingers is ordinary; a pod of another node is not.
         log.log(logging.WARNING if entry.reason == "other-node" else logging.DEBUG, "%s", entry)
-    posted: PostedFindings = memo.posted_findings
     stale_after = timedelta(seconds=memo.config.report_stale_after)
     for pod_uid, volume_name in {(m.pod_uid, m.volume_name): None for m in report.mounts if m.pod_uid}:
         pod = memo.pods.get(pod_uid)
@@ -125,30 +126,21 @@ def announce_findings(
         verdict = assess(Consumer(pod_uid, pod.namespace, pod.name, name, volume_name,
                                   volume.get("mountOptions"), volume.get("storageClass")), contract,
                          {name: report}, now=report.scan_time, stale_after=stale_after)
+        drifted = verdict.state is VolumeState.DRIFTED and profile not in rollouts_under_way
+        where = f"{volume_name} on {name} (StorageProfile {profile})"
         for finding in verdict.findings:
-            if finding.reason in HEALTH_REASONS:  # how the mount is doing: said whatever its options
-                _post_once(posted, pod_uid, pod, str(finding.reason),
-                           f"{volume_name} on {name} (StorageProfile {profile}): {finding.message} {finding.remedy}")
-        if verdict.state is VolumeState.DRIFTED and profile not in rollouts_under_way:
-            for finding in verdict.findings:
-                if finding.reason in _EVENT_REASONS and finding.severity != "info":
-                    _post_once(posted, pod_uid, pod, _EVENT_REASONS[finding.reason],
-                               f"{volume_name} on {name} (StorageProfile {profile}): {finding.message} "
-                               f"{finding.remedy}".strip())
+            if finding.is_health or (drifted and finding.reason in DRIFT_REASONS and finding.counts):
+                said = finding.with_message(f"{where}: {finding.message} {finding.remedy}".strip())
+                findings.post_once(memo.posted_findings, said.about(_pod(pod_uid, pod), profile=profile))
     for use in report.sqlite:
         pod = memo.pods.get(use.pod_uid) if use.pod_uid else None
         if pod is not None:
-            _post_once(posted, use.pod_uid, pod, "SQLiteOnNFS",
-                       f"{use.volume_name or 'a network volume'} on {name}: {use.message}")
+            said = use.finding().with_message(f"{use.volume_name or 'a network volume'} on {name}: {use.message}")
+            findings.post_once(memo.posted_findings, said.about(_pod(use.pod_uid, pod)))
 
 
-def _post_once(posted: PostedFindings, pod_uid: str, pod: PodPlacement, reason: str, message: str) -> None:
-    if not posted.first_time(pod_uid, reason, message):
-        return
-    log.info("pod %s/%s: %s: %s", pod.namespace, pod.name, reason, message)
-    kopf.warn({"apiVersion": "v1", "kind": "Pod",
-               "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod_uid}},
-              reason=reason, message=message[:1000])
+def _pod(uid: str, pod: PodPlacement) -> Subject:
+    return Subject("Pod", pod.name, pod.namespace, uid)
 
 
 def forget_profile_series(name: str, type: str, **_) -> None:

@@ -35,7 +35,7 @@ from mountwarden.adapters.watches import Entries, with_cluster_indexes
 from mountwarden.adapters.workloads import ClusterWorkloads
 from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.nodemountreport import PLURAL as REPORTS
-from mountwarden.api.storageprofile import PLURAL, StorageProfileSpec
+from mountwarden.api.storageprofile import PLURAL, ProfileStatus, StorageProfileSpec
 from mountwarden.core.rollout import (
     APPROVE_ANNOTATION,
     DISRUPTION_BUDGET,
@@ -50,6 +50,7 @@ from mountwarden.core.rollout import (
     needs_world,
 )
 from mountwarden.handlers.config import OperatorConfig
+from mountwarden.handlers.context import OperatorContext
 from mountwarden.handlers.errors import backoff
 
 PROFILE = (GROUP, VERSION, PLURAL)
@@ -161,15 +162,16 @@ class RolloutWakeups:
 
 def target_inputs(spec: Mapping, status: Mapping, meta: Mapping) -> tuple:
     """What the target of a rollout is made of: a change of any of these may start or move a rollout."""
-    return (meta.get("generation"), status.get("observedGeneration"), status.get("storageClassName"),
-            status.get("version"), tuple(status.get("effectiveMountOptions") or ()),
-            len(status.get("history") or ()), (meta.get("annotations") or {}).get(APPROVE_ANNOTATION),
+    stored = ProfileStatus(status)
+    return (meta.get("generation"), stored.observed_generation, stored.storage_class_name, stored.version,
+            stored.effective_mount_options, len(stored.history), (meta.get("annotations") or {}).get(APPROVE_ANNOTATION),
             repr(spec.get("rollout")))
 
 
 def _target(name: str, spec: Mapping, status: Mapping, meta: Mapping) -> Target | None:
     """The version to roll out; None until the profile's current spec has been reconciled into a class."""
-    if not status.get("storageClassName") or status.get("observedGeneration") != meta.get("generation"):
+    stored = ProfileStatus(status)
+    if not stored.storage_class_name or stored.observed_generation != meta.get("generation"):
         return None  # a new spec is on its way: its version will supersede this one
     try:
         rollout = StorageProfileSpec.model_validate(dict(spec)).rollout
@@ -177,10 +179,9 @@ def _target(name: str, spec: Mapping, status: Mapping, meta: Mapping) -> Target 
         return None  # reconcile_profile reports it
     lineage = tuple(
         Version(record["storageClassName"], int(record["version"]), tuple(record.get("mountOptions") or ()))
-        for record in status.get("history") or []
+        for record in stored.history
     )
-    current = Version(status["storageClassName"], int(status["version"]),
-                      tuple(status.get("effectiveMountOptions") or ()))
+    current = Version(stored.storage_class_name, stored.version, stored.effective_mount_options)
     policy = Policy(str(rollout.strategy), str(rollout.approval), rollout.max_concurrent_workloads,
                     rollout.verify_timeout_seconds)
     return Target(name, current, lineage, policy, (meta.get("annotations") or {}).get(APPROVE_ANNOTATION))
@@ -198,14 +199,14 @@ class ProfileRollout:
     def tick(self, body: Mapping, volumes_by_class: kopf.Index) -> None:
         """One tick; ``body`` is kopf's live view of the profile, enough to tell whether the world is needed."""
         if not self._needs_world(body, volumes_by_class):
-            self.wakeups.follow(self.name, (body.get("status") or {}).get("rollout"))
+            self.wakeups.follow(self.name, ProfileStatus(body.get("status")).rollout)
             return
         # The live view may not show this daemon's last status write yet: judge from the stored profile.
         with transient_errors():
             fresh = self.custom.get_cluster_custom_object(*PROFILE, self.name)
         spec, status, meta = fresh.get("spec") or {}, fresh.get("status") or {}, fresh.get("metadata") or {}
         target = _target(self.name, spec, status, meta)
-        previous = status.get("rollout")
+        previous = ProfileStatus(status).rollout
         if target is None:
             self.wakeups.follow(self.name, previous)
             return
@@ -260,7 +261,7 @@ async def _next_wakeup(wake: asyncio.Event, stopped: kopf.DaemonStopped, timeout
 
 
 @with_cluster_indexes
-async def drive_rollout(name: str, body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped,
+async def drive_rollout(name: str, body: kopf.Body, memo: OperatorContext, stopped: kopf.DaemonStopped,
                         volumes_by_class: kopf.Index, logger: logging.Logger, **_) -> None:
     """The profile's rollout daemon: a tick at start, then one per wake-up (or per safety-net interval)."""
     wakeups: RolloutWakeups = memo.rollout_wakeups
@@ -295,7 +296,7 @@ async def drive_rollout(name: str, body: kopf.Body, memo: kopf.Memo, stopped: ko
 
 
 async def wake_on_target_change(name: str, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta, type: str,
-                                memo: kopf.Memo, **_) -> None:
+                                memo: OperatorContext, **_) -> None:
     """A new version, an approval, a new policy; not this profile's own status.rollout writes."""
     if type != "DELETED" and memo.rollout_wakeups.target_changed(name, target_inputs(spec, status, meta)):
         memo.rollout_wakeups.wake(name)
@@ -308,21 +309,21 @@ def volume_changed(wakeups: RolloutWakeups):
     return listener
 
 
-async def wake_on_workload_change(name: str, namespace: str, body: kopf.Body, memo: kopf.Memo, **_) -> None:
+async def wake_on_workload_change(name: str, namespace: str, body: kopf.Body, memo: OperatorContext, **_) -> None:
     memo.rollout_wakeups.wake_for_workload(body.get("kind", ""), namespace, name)
 
 
-async def wake_on_autoscaler_change(namespace: str, spec: kopf.Spec, memo: kopf.Memo, **_) -> None:
+async def wake_on_autoscaler_change(namespace: str, spec: kopf.Spec, memo: OperatorContext, **_) -> None:
     """An HPA disables itself at zero replicas: the rollout of its workload then says so."""
     target = spec.get("scaleTargetRef") or {}
     memo.rollout_wakeups.wake_for_workload(target.get("kind", ""), namespace, target.get("name", ""))
 
 
-async def wake_on_report_change(memo: kopf.Memo, **_) -> None:
+async def wake_on_report_change(memo: OperatorContext, **_) -> None:
     memo.rollout_wakeups.wake_verifying()
 
 
-async def start_wakeups(memo: kopf.Memo, **_) -> None:
+async def start_wakeups(memo: OperatorContext, **_) -> None:
     memo.rollout_wakeups = RolloutWakeups(asyncio.get_running_loop())
     memo.watches.volumes.listeners.append(volume_changed(memo.rollout_wakeups))
 

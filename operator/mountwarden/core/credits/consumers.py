@@ -31,12 +31,10 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from mountwarden.core.credits.bucket import READ_METERING_FACTOR, SMALL_REQUEST_BYTES
 from mountwarden.core.credits.metering import ELASTIC_DATA_MINIMUM_BYTES
 from mountwarden.core.node.report import NodeReport, OperationCounters
-from mountwarden.core.options.presets import EFS_PROVISIONER
 
 #: NFS operations that carry file data (mountstats names, NFSv3 and NFSv4).
 READ_OPERATIONS = frozenset({"READ", "READ_PLUS"})
@@ -103,19 +101,6 @@ def estimate_metering(operations: Mapping[str, OperationCounters]) -> MeteredEst
             metered += billed
             elastic += billed
     return MeteredEstimate(read_bytes, write_bytes, metadata_ops, metered, elastic, missing)
-
-
-def watched_file_system(spec: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(file system id, region) a StorageProfile's spec watches: creditWatch.fileSystemId, else an EFS
-    backend's fileSystemId; the region is "" for the default one. None when it watches none."""
-    watch = spec.get("creditWatch") or {}
-    backend = spec.get("backend") or {}
-    file_system_id = watch.get("fileSystemId")
-    if not file_system_id and backend.get("provisioner") == EFS_PROVISIONER:
-        file_system_id = (backend.get("parameters") or {}).get("fileSystemId")
-    if not file_system_id:
-        return None
-    return str(file_system_id), str(watch.get("region") or "")
 
 
 @dataclass(frozen=True)

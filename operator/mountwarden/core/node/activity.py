@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from mountwarden.core.options.normalize import Severity
+from mountwarden.core.findings import Finding, Reason, Severity
 from mountwarden.core.options.table import DEFAULT_PER_FLOW_CAP_GBPS
 from mountwarden.core.procfs.mountstats import WRAPPED_COUNTER_FLOOR, MountstatsDevice
 
@@ -247,20 +247,12 @@ def nconnect_advice(thresholds: Thresholds, kernel_release: str | None = None) -
         + ". Give every volume of this server on a node the same nconnect: the first mount decides (kernel lab)."))
 
 
-@dataclass(frozen=True, slots=True)
-class ActivityFinding:
-    reason: str
-    severity: Severity
-    message: str
-    remedy: str
-
-
 def _gbps(bytes_per_second: float) -> str:
     return f"{bytes_per_second / GBIT:.2f} Gbit/s"
 
 
 def throughput_plateau(activity: Activity, thresholds: Thresholds,
-                       kernel_release: str | None = None) -> ActivityFinding | None:
+                       kernel_release: str | None = None) -> Finding | None:
     """One connection near the per-flow cap, its requests waiting to be sent longer than on the wire."""
     cap = thresholds.per_flow_cap_gbps * GBIT
     if (activity.connections != 1 or activity.window_seconds < thresholds.plateau_seconds
@@ -269,8 +261,8 @@ def throughput_plateau(activity: Activity, thresholds: Thresholds,
             or activity.avg_queue_ms <= activity.avg_rtt_ms):
         return None
     advice = nconnect_advice(thresholds, kernel_release)
-    return ActivityFinding(
-        "ThroughputPlateau", Severity.WARNING,
+    return Finding(
+        Reason.THROUGHPUT_PLATEAU, Severity.WARNING,
         f"One connection moved {_gbps(activity.bytes_per_second)} on average over {activity.window_seconds:.0f} s, "
         f"{activity.bytes_per_second / cap:.0%} of the per-flow cap of {thresholds.per_flow_cap_gbps:g} Gbit/s, and "
         f"its READ/WRITE requests waited {activity.avg_queue_ms:.1f} ms to be sent against {activity.avg_rtt_ms:.1f} "
@@ -279,7 +271,7 @@ def throughput_plateau(activity: Activity, thresholds: Thresholds,
         f"Spread the load over several connections: {advice.message}")
 
 
-def transport_trouble(activity: Activity, thresholds: Thresholds) -> ActivityFinding | None:
+def transport_trouble(activity: Activity, thresholds: Thresholds) -> Finding | None:
     problems = []
     window = activity.window_seconds
     retransmissions = activity.retransmissions_per_second * window
@@ -294,8 +286,8 @@ def transport_trouble(activity: Activity, thresholds: Thresholds) -> ActivityFin
         problems.append(f"{reconnects:.0f} reconnects")
     if not problems:
         return None
-    return ActivityFinding(
-        "TransportUnhealthy", Severity.WARNING,
+    return Finding(
+        Reason.TRANSPORT_UNHEALTHY, Severity.WARNING,
         f"In the last {window:.0f} s the connection to the server had " + "; ".join(problems) + ".",
         "Look at the path to the server (security groups, NAT or load balancer idle timeouts, packet loss) and the "
         "server's load; on EFS, noresvport lets a client reconnect on a new port after a network blip (AWS "
@@ -303,12 +295,12 @@ def transport_trouble(activity: Activity, thresholds: Thresholds) -> ActivityFin
 
 
 def stuck_processes(samples: ProcessSamples, pod: str, thresholds: Thresholds,
-                    server_responding: bool | None = None) -> ActivityFinding | None:
+                    server_responding: bool | None = None) -> Finding | None:
     if samples.samples < thresholds.min_stuck_samples or samples.share < thresholds.stuck_share:
         return None
     server = " The server did not answer the agent's probe either." if server_responding is False else ""
-    return ActivityFinding(
-        "StuckOnNFS", Severity.WARNING,
+    return Finding(
+        Reason.STUCK_ON_NFS, Severity.WARNING,
         f"The processes of {pod} using this volume were in uninterruptible sleep (D, waiting for the NFS server) "
         f"in {samples.uninterruptible} of {samples.samples} samples ({samples.share:.0%}) of {samples.processes} "
         f"process(es): they wait on NFS, not on CPU (the incidents saw D in almost every sample).{server}",
@@ -318,9 +310,9 @@ def stuck_processes(samples: ProcessSamples, pod: str, thresholds: Thresholds,
 
 
 def judge(activity: Activity | None, samples: Iterable[tuple[str, ProcessSamples]], thresholds: Thresholds,
-          *, kernel_release: str | None = None, server_responding: bool | None = None) -> list[ActivityFinding]:
+          *, kernel_release: str | None = None, server_responding: bool | None = None) -> list[Finding]:
     """Every finding of one volume's recent activity and of its pods' processes."""
-    findings: list[ActivityFinding] = []
+    findings: list[Finding] = []
     if activity is not None:
         findings += [f for f in (throughput_plateau(activity, thresholds, kernel_release),
                                  transport_trouble(activity, thresholds)) if f is not None]

@@ -8,16 +8,14 @@ and how the mount is doing (mountwarden.core.node.activity).
 """
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import Protocol
 
+from mountwarden.core.findings import CheckResult, Finding, Reason, Severity
 from mountwarden.core.node.activity import ProcessSamples, Thresholds, judge, nconnect_has_effect
 from mountwarden.core.node.kubelet import KubeletPlugin, parse_volume_path
-from mountwarden.core.options.compare import Finding, OriginHints, check
+from mountwarden.core.options.compare import OriginHints, check
 from mountwarden.core.options.normalize import (
     INHERITED_THROUGH_SUPERBLOCK,
-    Severity,
     format_canonical,
     normalize,
 )
@@ -49,67 +47,6 @@ class VolumeObservation(Protocol):
     def server_mounts(self) -> int: ...
 
 
-class VolumeFindingReason(StrEnum):
-    OPTION_MISMATCH = "OptionMismatch"  # an option in effect differs from the contract
-    UNDECLARED_OPTION = "UndeclaredOption"  # an option nobody declared changes what the mount does
-    SUPERBLOCK_SHARED = "SuperblockShared"  # ... and another mount shares the superblock
-    NCONNECT_IGNORED = "NconnectIgnored"  # the server's first mount fixed the connection count (or the kernel)
-    THROUGHPUT_PLATEAU = "ThroughputPlateau"  # one connection near the per-flow cap, requests queueing
-    TRANSPORT_UNHEALTHY = "TransportUnhealthy"  # retransmissions, major timeouts, reconnects
-    STUCK_ON_NFS = "StuckOnNFS"  # the pod's processes in uninterruptible sleep in most samples
-
-
-#: Findings about how a mount is doing, not about its options: they never make a volume drifted.
-HEALTH_REASONS = frozenset({VolumeFindingReason.THROUGHPUT_PLATEAU, VolumeFindingReason.TRANSPORT_UNHEALTHY,
-                            VolumeFindingReason.STUCK_ON_NFS})
-
-
-@dataclass(frozen=True, slots=True)
-class VolumeFinding:
-    reason: VolumeFindingReason
-    severity: Severity
-    message: str
-    remedy: str
-    option: str | None = None
-    expected: OptionValue | None = None
-    actual: OptionValue | None = None
-    #: The other mount points involved (sharing the superblock).
-    other_mounts: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict:
-        return {
-            "reason": str(self.reason),
-            "severity": str(self.severity),
-            "message": self.message,
-            "remedy": self.remedy,
-            "option": self.option,
-            "expected": self.expected,
-            "actual": self.actual,
-            "other_mounts": list(self.other_mounts),
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class VolumeCheck:
-    findings: tuple[VolumeFinding, ...]
-
-    @property
-    def compliant(self) -> bool:
-        """Compliant means nothing worse than information, as for an option check."""
-        return all(finding.severity is Severity.INFO for finding in self.findings)
-
-    def to_dict(self) -> dict:
-        return {"compliant": self.compliant, "findings": [finding.to_dict() for finding in self.findings]}
-
-
-_SEVERITY_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.ERROR: 2}
-
-_REMOUNT = (
-    "The mount was made with other options: once the PV's mountOptions (or its StorageClass) carry the "
-    "declared ones, restart the pod so that the kubelet mounts the volume again."
-)
-
-
 def check_volume(
     volume: VolumeObservation,
     declared: Mapping[str, OptionValue],
@@ -120,7 +57,7 @@ def check_volume(
     storage_class: str | None = None,
     thresholds: Thresholds | None = None,
     kernel_release: str | None = None,
-) -> VolumeCheck:
+) -> CheckResult:
     """Findings for one volume against its contract: options first, then why they may differ.
 
     ``declared`` is a canonical option dict (a ResolvedPolicy's ``options``); ``pv_mount_options``, the
@@ -131,7 +68,7 @@ def check_volume(
         pv_options=normalize(list(pv_mount_options), observed=True).options if pv_mount_options is not None else None,
         storage_class=storage_class, shared_with=tuple(volume.shared_with))
     option_findings = check(declared, observed, required=required, forbidden=forbidden, origin=origin).findings
-    findings = [_option_finding(finding) for finding in option_findings]
+    findings = list(option_findings)
     # A shared superblock explains only the options the kernel does not compare when it shares one
     # (kernel lab); any other difference gives a mount a superblock of its own, so the mounts sharing
     # this one asked for the same: the PV or the driver, not the superblock, is to blame.
@@ -143,39 +80,15 @@ def check_volume(
         findings.append(nconnect)
     if thresholds is not None:
         findings += _activity_findings(volume, thresholds, kernel_release)
-    return VolumeCheck(tuple(findings))
+    return CheckResult(tuple(findings))
 
 
-def _activity_findings(volume: VolumeObservation, thresholds: Thresholds,
-                       kernel_release: str | None) -> list[VolumeFinding]:
+def _activity_findings(volume: VolumeObservation, thresholds: Thresholds, kernel_release: str | None) -> list[Finding]:
     """Throughput, transport and stuck-process findings from what the agent sampled (a report's mount)."""
     states: ProcessSamples | None = getattr(volume, "processes", None)
     samples = [(f"pod {getattr(volume, 'pod_uid', None) or '(staging)'}", states)] if states else []
-    found = judge(getattr(volume, "activity", None), samples, thresholds, kernel_release=kernel_release,
-                  server_responding=getattr(volume, "server_responding", None))
-    return [VolumeFinding(VolumeFindingReason(f.reason), f.severity, f.message, f.remedy) for f in found]
-
-
-_UNDECLARED_REMEDY = (
-    "Remove the option where it comes from (the message says where it most probably does), or declare it in the "
-    "profile if it is wanted; then restart the pod so that the kubelet mounts the volume again."
-)
-
-
-def _option_finding(finding: Finding) -> VolumeFinding:
-    if finding.undeclared:
-        reason, remedy = VolumeFindingReason.UNDECLARED_OPTION, _UNDECLARED_REMEDY
-    else:
-        reason, remedy = VolumeFindingReason.OPTION_MISMATCH, _REMOUNT
-    return VolumeFinding(
-        reason=reason,
-        severity=finding.severity,
-        message=finding.message,
-        remedy="" if finding.severity is Severity.INFO else remedy,
-        option=finding.option,
-        expected=finding.expected,
-        actual=finding.actual,
-    )
+    return judge(getattr(volume, "activity", None), samples, thresholds, kernel_release=kernel_release,
+                 server_responding=getattr(volume, "server_responding", None))
 
 
 def describe_mount(mount_point: str) -> str:
@@ -197,12 +110,12 @@ def _declared_text(finding: Finding) -> str:
     return format_canonical(finding.option, finding.expected)
 
 
-def _superblock_shared(volume: VolumeObservation, drift: list[Finding]) -> VolumeFinding:
+def _superblock_shared(volume: VolumeObservation, drift: list[Finding]) -> Finding:
     others = tuple(volume.shared_with)
     options = ", ".join(dict.fromkeys(_declared_text(finding) for finding in drift))
-    return VolumeFinding(
-        reason=VolumeFindingReason.SUPERBLOCK_SHARED,
-        severity=max((finding.severity for finding in drift), key=_SEVERITY_RANK.__getitem__),
+    return Finding(
+        reason=Reason.SUPERBLOCK_SHARED,
+        severity=Severity.worst(finding.severity for finding in drift),
         message=(
             f"{volume.mount_point} shares superblock {volume.superblock} with "
             f"{'; '.join(describe_mount(other) for other in others)}. A superblock keeps the options of the "
@@ -219,12 +132,12 @@ def _superblock_shared(volume: VolumeObservation, drift: list[Finding]) -> Volum
 
 
 def _nconnect_ignored(volume: VolumeObservation, declared: Mapping[str, OptionValue],
-                      kernel_release: str | None = None) -> VolumeFinding | None:
+                      kernel_release: str | None = None) -> Finding | None:
     wanted = declared.get("nconnect")
     connections = volume.connections
     if isinstance(wanted, int) and wanted > 1 and nconnect_has_effect(kernel_release) is False and connections != wanted:
-        return VolumeFinding(
-            reason=VolumeFindingReason.NCONNECT_IGNORED,
+        return Finding(
+            reason=Reason.NCONNECT_IGNORED,
             severity=Severity.WARNING,
             message=(f"nconnect={wanted} is declared but this node runs Linux {kernel_release}: nconnect arrived in "
                      f"5.3 (nfs(5)), and the mount has {connections or 'one'} connection(s)."),
@@ -236,8 +149,8 @@ def _nconnect_ignored(volume: VolumeObservation, declared: Mapping[str, OptionVa
         return None
     server = volume.server or "the server"
     others = volume.server_mounts - 1
-    return VolumeFinding(
-        reason=VolumeFindingReason.NCONNECT_IGNORED,
+    return Finding(
+        reason=Reason.NCONNECT_IGNORED,
         severity=Severity.WARNING,
         message=(
             f"nconnect={wanted} is declared but the client has {connections} connection(s) to {server}: "

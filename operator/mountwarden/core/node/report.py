@@ -1,4 +1,6 @@
-"""A NodeMountReport as the operator reads it: the one reader, for compliance, Events and rollouts alike.
+"""A NodeMountReport as the operator reads it, for compliance, Events and rollouts alike.
+
+mountwarden.api.nodemountreport (read_node_report) reads the wire into these types.
 
 Reports are keyed by the object's name. The report is named after its node, and
 the admission webhook lets an agent write only the report named after the node
@@ -13,13 +15,9 @@ own pods and to no one else's.
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
 
+from mountwarden.core.findings import Finding, Reason, Severity
 from mountwarden.core.node.activity import Activity, ProcessSamples
-
-
-class UnreadableReport(ValueError):
-    """The report lacks a field the operator needs (the CRD schema requires them: a report written by hand)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,55 +55,19 @@ class ReportedMount:
 
 @dataclass(frozen=True, slots=True)
 class SqliteUse:
-    """A SQLite finding of a report, as far as the operator needs it."""
+    """A SQLite database in use that a report names, as far as the operator needs it."""
 
     pod_uid: str | None
     volume_name: str | None
-    severity: str
+    severity: Severity
     mode: str
     path: str | None
     message: str
 
-
-def _count(value: Any) -> int | None:
-    """A counter as reported; anything else (a negative or wrapped value, a string) counts as not reported."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
-def _operations(reported: Any) -> dict[str, OperationCounters]:
-    operations = {}
-    for name, totals in (reported or {}).items() if isinstance(reported, Mapping) else ():
-        ops = _count(totals.get("ops")) if isinstance(totals, Mapping) else None
-        if ops is not None:
-            operations[str(name)] = OperationCounters(ops, _count(totals.get("bytesSent")),
-                                                      _count(totals.get("bytesReceived")))
-    return operations
-
-
-def _activity(reported: Any) -> Activity | None:
-    if not isinstance(reported, Mapping):
-        return None
-    fields = {name: reported.get(_camel(name)) for name in Activity.__dataclass_fields__}
-    optional = {"avg_queue_ms", "avg_rtt_ms", "avg_execute_ms"}
-    if any(value is None for name, value in fields.items() if name not in optional):
-        return None
-    return Activity(**fields)
-
-
-def _processes(reported: Any) -> ProcessSamples | None:
-    if not isinstance(reported, Mapping):
-        return None
-    counts = [_count(reported.get(name)) for name in ("samples", "uninterruptible", "processes")]
-    return ProcessSamples(*counts) if all(count is not None for count in counts) else None
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part.capitalize() for part in rest)
-
-
-def _time(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    def finding(self) -> Finding:
+        evidence = {"mode": self.mode, "path": self.path or ""}
+        return Finding(Reason.SQLITE_ON_NFS, self.severity, self.message,
+                       evidence={key: value for key, value in evidence.items() if value})
 
 
 @dataclass(frozen=True)
@@ -120,44 +82,6 @@ class NodeReport:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_pod_volume", {(m.pod_uid, m.volume_name): m for m in self.mounts})
-
-    @staticmethod
-    def from_object(obj: Mapping) -> "NodeReport":
-        return NodeReport.from_spec(obj["metadata"]["name"], obj.get("spec") or {})
-
-    @staticmethod
-    def from_spec(name: str, spec: Mapping) -> "NodeReport":
-        """Read the report ``name``; UnreadableReport when a required field is missing or malformed."""
-        try:
-            mounts = tuple(
-                ReportedMount(
-                    pod_uid=m.get("podUid"),
-                    volume_name=m["volumeName"],
-                    mount_point=m["mountPoint"],
-                    superblock=m["superblock"],
-                    effective_options=tuple(m["effectiveOptions"]),
-                    shared_with=tuple(m.get("sharedWith") or ()),
-                    server=m.get("server"),
-                    connections=m.get("connections"),
-                    server_mounts=int(m.get("serverMounts", 1)),
-                    age_seconds=_count(m.get("ageSeconds")),
-                    operations=_operations(m.get("operations")),
-                    activity=_activity(m.get("activity")),
-                    processes=_processes(m.get("processes")),
-                    server_responding=m.get("serverResponding"),
-                )
-                for m in spec.get("volumes") or []
-            )
-            sqlite = tuple(
-                SqliteUse(f.get("podUid"), f.get("volumeName"), f.get("severity", "warning"),
-                          f.get("mode", "unknown"), f.get("path"), f.get("message", ""))
-                for f in spec.get("sqlite") or []
-            )
-            scan_time = _time(spec["scanTime"])
-        except (KeyError, TypeError, ValueError, AttributeError) as error:
-            raise UnreadableReport(f"NodeMountReport {name}: {error!r}") from error
-        return NodeReport(node=name, scan_time=scan_time, mounts=mounts, sqlite=sqlite,
-                          kernel_release=spec.get("kernelRelease"))
 
     def mount_of(self, pod_uid: str, names: Iterable[str]) -> ReportedMount | None:
         """The pod's mount of a volume known by any of ``names`` (the PV name, the pod's name for it)."""

@@ -14,14 +14,14 @@ What the contract implies for an option it does not name is the kernel default.
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from mountwarden.core.findings import CheckResult, Finding, Reason, Severity
+from mountwarden.core.options.effects import EFS_METERING, attribute_cache_effect, effect
 from mountwarden.core.options.normalize import (
     INHERITED_THROUGH_SUPERBLOCK,
-    Severity,
     effective_value,
     format_canonical,
     normalize,
 )
-from mountwarden.core.options.presets import EFS_METERING
 from mountwarden.core.options.table import (
     ATTRIBUTE_CACHE_TIMES,
     BY_NAME,
@@ -37,39 +37,23 @@ _SEVERITY_BY_CONCERN = {
     Concern.IDENTITY: Severity.INFO,
 }
 
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    option: str
-    expected: OptionValue | None
-    actual: OptionValue | None
-    severity: Severity
-    message: str
-    #: The contract does not name the option: it was held to the kernel default.
-    undeclared: bool = False
-
-    def to_dict(self) -> dict:
-        return {
-            "option": self.option,
-            "expected": self.expected,
-            "actual": self.actual,
-            "severity": str(self.severity),
-            "message": self.message,
-            "undeclared": self.undeclared,
-        }
+#: What to do about an option in effect that differs from the contract.
+REMOUNT = (
+    "The mount was made with other options: once the PV's mountOptions (or its StorageClass) carry the "
+    "declared ones, restart the pod so that the kubelet mounts the volume again."
+)
+#: What to do about an option nobody declared.
+UNDECLARED_REMEDY = (
+    "Remove the option where it comes from (the message says where it most probably does), or declare it in the "
+    "profile if it is wanted; then restart the pod so that the kubelet mounts the volume again."
+)
 
 
-@dataclass(frozen=True, slots=True)
-class CheckResult:
-    findings: tuple[Finding, ...]
-
-    @property
-    def compliant(self) -> bool:
-        """Compliant means nothing worse than information: no error and no warning."""
-        return all(finding.severity is Severity.INFO for finding in self.findings)
-
-    def to_dict(self) -> dict:
-        return {"compliant": self.compliant, "findings": [finding.to_dict() for finding in self.findings]}
+def _mismatch(option: str, expected: OptionValue | None, actual: OptionValue | None, severity: Severity,
+              message: str) -> Finding:
+    """An option in effect that is not what the contract says (information needs no remedy)."""
+    return Finding(Reason.OPTION_MISMATCH, severity, message, "" if severity is Severity.INFO else REMOUNT,
+                   option=option, expected=expected, actual=actual)
 
 
 def _checkable(name: str) -> bool:
@@ -111,8 +95,8 @@ def compare(declared: Mapping[str, OptionValue], observed: Mapping[str, OptionVa
         if actual == expected:
             continue
         if actual is None:
-            findings.append(Finding(name, expected, None, Severity.INFO,
-                                    f"{_shown(name, expected)} is declared but the mount table does not show {name}."))
+            findings.append(_mismatch(name, expected, None, Severity.INFO,
+                                      f"{_shown(name, expected)} is declared but the mount table does not show {name}."))
             continue
         findings.append(_finding(name, expected, actual, defaulted=name not in observed))
     return findings
@@ -134,7 +118,7 @@ def _finding(name: str, expected: OptionValue, actual: OptionValue, *, defaulted
     if name in ("rsize", "wsize") and isinstance(actual, int) and isinstance(expected, int) and actual < expected:
         why = " The server negotiated it down: its maximum is lower than declared."
     message = f"declared {expected_text} but the mount has {actual_text}{source}.{why}"
-    return Finding(name_for_value, expected_value, actual_value, _severity(name), message)
+    return _mismatch(name_for_value, expected_value, actual_value, _severity(name), message)
 
 
 def _in_effect(option_name: str, value: OptionValue, observed: Mapping[str, OptionValue]) -> bool:
@@ -148,9 +132,9 @@ def check_required(required: Iterable[str], observed: Mapping[str, OptionValue])
         for name, value in normalize(token).options.items():
             if _checkable(name) and not _in_effect(name, value, observed):
                 actual = effective_value(observed, name)
-                findings.append(Finding(name, value, actual, Severity.ERROR,
-                                        f"{_shown(name, value)} is required but the mount has "
-                                        f"{_shown(name, actual) if not exclusive_group(name) else 'another setting'}."))
+                findings.append(_mismatch(name, value, actual, Severity.ERROR,
+                                          f"{_shown(name, value)} is required but the mount has "
+                                          f"{_shown(name, actual) if not exclusive_group(name) else 'another setting'}."))
     return findings
 
 
@@ -178,7 +162,7 @@ def forbidden_violations(forbidden: Iterable[str], effective: Mapping[str, Optio
 
 def check_forbidden(forbidden: Iterable[str], observed: Mapping[str, OptionValue]) -> list[Finding]:
     return [
-        Finding(token, None, held, Severity.ERROR, f"{token} is forbidden by the profile but the mount has {held}.")
+        _mismatch(token, None, held, Severity.ERROR, f"{token} is forbidden by the profile but the mount has {held}.")
         for token, held in forbidden_violations(forbidden, observed)
     ]
 
@@ -240,34 +224,18 @@ def probable_origin(names: Iterable[str], hints: OriginHints) -> str:
 
 def _behaviour_effect(name: str, expected: OptionValue | None, actual: OptionValue | None,
                       observed: Mapping[str, OptionValue]) -> str:
-    """What the undeclared value does, with its source."""
-    if name == "sync" and actual:
-        return (f"Every write() waits for the server: a round trip per write (nfs(5)), each {EFS_METERING}; "
-                "sync is one of the three flags behind the 8-hour import (the incident), and it does "
-                "not make other clients see the writes any sooner (kernel lab).")
-    if name in ATTRIBUTE_CACHE_TIMES and isinstance(actual, int) and isinstance(expected, int):
-        if actual < expected:
-            return (f"{name}={actual} revalidates attributes sooner than the contract implies: more GETATTR round "
-                    f"trips, each {EFS_METERING} (kernel lab: 5 RPCs per stat() two directories "
-                    "down with actimeo=0 and lookupcache=none).")
-        return (f"{name}={actual}: another client's change can stay invisible to stat() for up to {actual} s "
-                "(nfs(5); kernel lab).")
-    if name == "lookupcache" and actual == "none":
-        return ("Every path component of every stat() and open() is a LOOKUP round trip (kernel lab: 5 RPCs per "
-                "stat() two directories down with actimeo=0).")
-    if name == "lookupcache" and actual == "all":
-        return ("A name this client looked up and did not find stays missing after another client creates it, until "
-                "the directory's attributes expire (kernel lab).")
+    """What the undeclared value does (mountwarden.core.options.effects), said against what the contract implies."""
+    if name in ATTRIBUTE_CACHE_TIMES and isinstance(actual, int) and isinstance(expected, int) and actual < expected:
+        return (f"{name}={actual} revalidates attributes sooner than the contract implies: more GETATTR round "
+                f"trips, each {EFS_METERING} (kernel lab: 5 RPCs per stat() two directories "
+                "down with actimeo=0 and lookupcache=none).")
     if name == "lock" and actual is False and observed.get("ro"):
         return "Locks stay local to this client; on a read-only volume nobody writes, so no SQLite hazard."
-    if name == "hard":
-        return ("soft turns a server that does not answer for retrans x timeo into I/O errors that applications "
-                "rarely handle: writes can be lost silently (nfs(5)).")
+    found = effect(name, actual)
+    if found is not None:
+        return found.text
     spec = BY_NAME.get(name)
     return spec.consequence if spec and spec.consequence else ""
-
-
-_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.ERROR: 2}
 
 
 def _ac_times_as_one(differences: list[tuple[str, OptionValue, OptionValue]]) -> tuple[str, str, str, str] | None:
@@ -280,8 +248,7 @@ def _ac_times_as_one(differences: list[tuple[str, OptionValue, OptionValue]]) ->
     expected = ",".join(format_canonical(name, value) for name, value, _ in times)
     if len(times) == 4 and values == {0} and synchronous:
         return ("noac", expected + ",async", "noac (actimeo=0 plus sync)",
-                f"Every stat() is a GETATTR round trip and every write() waits for the server (nfs(5)), each "
-                f"{EFS_METERING}: noac is two of the three flags behind the 8-hour import (the incident).")
+                attribute_cache_effect(0, synchronous=True).text)
     if len(times) == 4 and len(values) == 1:
         value = times[0][2]
         option = f"actimeo={value}"
@@ -289,16 +256,7 @@ def _ac_times_as_one(differences: list[tuple[str, OptionValue, OptionValue]]) ->
         option = ",".join(format_canonical(name, actual) for name, _, actual in times)
         value = max(actual for _, _, actual in times if isinstance(actual, int))
     directories_only = all(name.startswith("acdir") for name, _, _ in times)
-    if value == 0 and directories_only:
-        effect = ("Directory attributes are never cached: each path component of every stat() and open() is "
-                  f"revalidated, a round trip each, {EFS_METERING}; kernel lab.")
-    elif value == 0:
-        effect = (f"Attributes are never cached: every stat() is a GETATTR round trip (kernel lab), each "
-                  f"{EFS_METERING}.")
-    else:
-        effect = (f"Another client's change can stay invisible to stat() for up to {value} s, and a name this client "
-                  "failed to find can stay missing as long (nfs(5); kernel lab).")
-    return option, expected, option, effect
+    return option, expected, option, attribute_cache_effect(value, directories_only=directories_only).text
 
 
 def compare_undeclared(declared: Mapping[str, OptionValue], observed: Mapping[str, OptionValue],
@@ -348,7 +306,9 @@ def _undeclared(option: str, expected: OptionValue, actual: OptionValue, implied
                 names: list[str], severity: Severity, hints: OriginHints, *, shown: str | None = None) -> Finding:
     message = (f"{shown or actual} is in effect but the contract does not declare it (its preset and the kernel "
                f"default imply {implied}). {effect} {probable_origin(names, hints)}")
-    return Finding(option, expected, actual, severity, " ".join(message.split()), undeclared=True)
+    return Finding(Reason.UNDECLARED_OPTION, severity, " ".join(message.split()),
+                   "" if severity is Severity.INFO else UNDECLARED_REMEDY, option=option, expected=expected,
+                   actual=actual)
 
 
 def check(

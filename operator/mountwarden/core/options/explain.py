@@ -3,10 +3,10 @@
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from mountwarden.core.options.normalize import kernel_io_size, suggest
-from mountwarden.core.options.presets import EFS_METERING
+from mountwarden.core.options.effects import effect
+from mountwarden.core.options.normalize import suggest
 from mountwarden.core.options.syntax import parse_option_tokens
-from mountwarden.core.options.table import DEFAULT_PER_FLOW_CAP_GBPS, SPELLINGS, VERSION_FLAGS, Origin
+from mountwarden.core.options.table import SPELLINGS, VERSION_FLAGS, OptionValue, Origin
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,42 +26,10 @@ class Explanation:
 
 
 def _value_note(name: str, value: str | None) -> str:
-    """Consequences that depend on the value, not only on the option."""
-    if name in ("actimeo", "acregmin", "acregmax", "acdirmin", "acdirmax") and value == "0":
-        return (f"0 disables this cache: every stat() is a GETATTR round trip, {EFS_METERING}. "
-                "It makes this client see others' changes sooner; it does not make others see this client's.")
-    if name in ("actimeo", "acregmax") and value and value.isascii() and value.isdigit() and int(value) >= 60:
-        return f"Another client's change to a file can stay invisible here for up to {value} s."
-    if name == "lookupcache" and value == "none":
-        return (f"Every path component of every stat() and open() is a LOOKUP round trip (kernel lab), each "
-                f"{EFS_METERING}.")
-    if name == "nconnect" and value and value.isascii() and value.isdigit():
-        return _nconnect_note(int(value))
-    if name in ("rsize", "wsize") and value and value.isascii() and value.isdigit():
-        return _io_size_note(name, int(value))
-    return ""
-
-
-def _nconnect_note(connections: int) -> str:
-    """The per-flow reasoning, whatever the value: what N connections can carry, and who decides."""
-    cap = DEFAULT_PER_FLOW_CAP_GBPS
-    carries = ("One connection carries at most" if connections == 1 else
-               f"{connections} connections can carry up to {connections * cap:g} Gbit/s where one carries at most")
-    return (f"{carries} {cap:g} Gbit/s between EC2 instances outside a cluster placement group (EC2 User "
-            "Guide, 'Amazon EC2 instance network bandwidth'): size nconnect as ceil(min(instance bandwidth, "
-            f"file-system limit) / {cap:g} Gbit/s) + 1, the arithmetic of the single-flow incident (three covered "
-            "it): more cannot go faster than the instance or the file system allows. Only the first mount to a server sets "
-            "it: later mounts of that server share its connections (kernel lab). Linux 5.3 or later (nfs(5)).")
-
-
-def _io_size_note(name: str, size: int) -> str:
-    used = kernel_io_size(size)
-    kib = f" ({size // 1024} KiB)" if size % 1024 == 0 else ""
-    if used == size:
-        return (f"The kernel keeps {name}={size}{kib}: a whole number of pages within 1 MiB (kernel lab, over "
-                "TCP); the server may negotiate it down to its own maximum (EFS offers 1 MiB).")
-    return (f"The kernel uses {name}={used}, not {size}{kib} (kernel lab, over TCP); the server may lower it further "
-            "to its own maximum.")
+    """Consequences that depend on the value, not only on the option (mountwarden.core.options.effects)."""
+    typed: OptionValue = True if value is None else int(value) if value.isascii() and value.isdigit() else value
+    found = effect(name, typed)
+    return found.text if found else ""
 
 
 def explain(options: str | Iterable[str]) -> list[Explanation]:

@@ -12,9 +12,9 @@ import difflib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from functools import lru_cache
 
+from mountwarden.core.findings import Severity
 from mountwarden.core.options.syntax import format_option, parse_option_tokens
 from mountwarden.core.options.table import (
     ATTRIBUTE_CACHE_TIMES,
@@ -37,12 +37,6 @@ MIN_IO_SIZE = 1024  # NFS_MIN_FILE_IO_SIZE
 DEFAULT_IO_SIZE = 4096  # NFS_DEF_FILE_IO_SIZE: what a size below the minimum becomes
 PAGE_SIZE = 4096  # x86_64 and arm64 with 4 KiB pages
 ACCESS_POINT_ID = re.compile(r"^fsap-[0-9a-f]{8,40}$")
-
-
-class Severity(StrEnum):
-    ERROR = "error"
-    WARNING = "warning"
-    INFO = "info"
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,10 +17,11 @@ existing profiles through a new StorageClass version like any other change of op
 from dataclasses import dataclass
 from enum import StrEnum
 
+from mountwarden.core.options.effects import EFS_METERING
+
 EFS_PROVISIONER = "efs.csi.aws.com"
 
 #: How EFS meters a request, with its source, for every message that says it.
-EFS_METERING = "metered as at least 4 KiB on EFS (EFS User Guide, 'Amazon EFS performance specifications')"
 
 #: What AWS recommends for every EFS mount, under any preset.
 EFS_BASELINE: tuple[str, ...] = (

@@ -9,7 +9,9 @@ generic VFS flags users pass next to it, and the options of amazon-efs-utils'
 from dataclasses import dataclass
 from enum import StrEnum
 
-OptionValue = bool | int | str
+from mountwarden.core.findings import OptionValue
+
+__all__ = ["OptionValue"]  # defined with the findings, at the bottom of the core, and used by every option module
 
 
 class Kind(StrEnum):

@@ -28,9 +28,6 @@ from mountwarden.core.rollout.verify import Check, PodCheck, verify_pod
 from mountwarden.core.rollout.world import (
     APPLIED_VERSION_ANNOTATION,
     APPROVE_ANNOTATION,
-    MANUAL,
-    NEW_STORAGE_CLASS,
-    PATCH_BOUND_VOLUMES,
     PREVIOUS_OPTIONS_ANNOTATION,
     RESTARTED_AT_ANNOTATION,
     RESTARTED_FOR_ANNOTATION,
@@ -51,8 +48,8 @@ from mountwarden.core.rollout.world import (
 )
 
 __all__ = [
-    "APPLIED_VERSION_ANNOTATION", "APPROVE_ANNOTATION", "DISRUPTION_BUDGET", "IN_FLIGHT", "MANUAL", "NEW_STORAGE_CLASS",
-    "PATCH_BOUND_VOLUMES", "PREVIOUS_OPTIONS_ANNOTATION", "RESTARTED_AT_ANNOTATION", "RESTARTED_FOR_ANNOTATION",
+    "APPLIED_VERSION_ANNOTATION", "APPROVE_ANNOTATION", "DISRUPTION_BUDGET", "IN_FLIGHT",
+    "PREVIOUS_OPTIONS_ANNOTATION", "RESTARTED_AT_ANNOTATION", "RESTARTED_FOR_ANNOTATION",
     "Action", "Autoscaler", "Check", "DisruptionBudget", "Consumer", "Event", "NodeReport", "PatchVolume", "Phase", "Plan",
     "Pod", "PodCheck", "Policy", "RemountPod", "ReportedMount", "RestartWorkload", "State", "Step", "Target", "Version", "Volume",
     "VolumeChange", "Workload", "WorkloadRef", "World", "advance", "build_plan", "controller_of", "needs_world",

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from mountwarden.core.options.normalize import normalize
 from mountwarden.core.rollout.world import (
     APPROVE_ANNOTATION,
-    MANUAL,
     RESTARTABLE_KINDS,
     Autoscaler,
     Pod,
@@ -19,6 +18,7 @@ from mountwarden.core.rollout.world import (
     WorkloadRef,
     World,
 )
+from mountwarden.core.vocabulary import RolloutApproval
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,7 +205,7 @@ def _warnings(target: Target, changes: Sequence[VolumeChange], consumers: Sequen
                             "mountwarden reports it and never deletes it")
         elif consumer.workload is not None and consumer.workload.replicas == 0 and target.patches_volumes:
             warnings.append(f"{consumer.ref}: {zero_message(consumer)}")
-    if target.policy.approval == MANUAL and any(change.needs_patch for change in changes):
+    if target.policy.approval == RolloutApproval.MANUAL and any(change.needs_patch for change in changes):
         warnings.append(f"approval is Manual: the rollout waits for the annotation {APPROVE_ANNOTATION}: "
                         f"\"{target.version.version}\" on StorageProfile {target.profile}")
     return warnings

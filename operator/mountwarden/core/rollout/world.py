@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 from mountwarden.core.node.report import NodeReport
 from mountwarden.core.selectors import selector_matches
+from mountwarden.core.vocabulary import RolloutApproval, RolloutStrategy
 
 RESTARTED_FOR_ANNOTATION = "mountwarden.io/restarted-for"
 RESTARTED_AT_ANNOTATION = "mountwarden.io/restarted-at"
@@ -22,9 +23,6 @@ APPLIED_VERSION_ANNOTATION = "mountwarden.io/applied-version"
 PREVIOUS_OPTIONS_ANNOTATION = "mountwarden.io/previous-mount-options"
 APPROVE_ANNOTATION = "mountwarden.io/approve-rollout"
 
-PATCH_BOUND_VOLUMES = "PatchBoundVolumes"
-NEW_STORAGE_CLASS = "NewStorageClass"
-MANUAL = "Manual"
 
 RESTARTABLE_KINDS = ("Deployment", "StatefulSet", "DaemonSet")
 
@@ -69,8 +67,8 @@ class Version:
 class Policy:
     """spec.rollout of the profile."""
 
-    strategy: str = PATCH_BOUND_VOLUMES
-    approval: str = MANUAL
+    strategy: RolloutStrategy = RolloutStrategy.PATCH_BOUND_VOLUMES
+    approval: RolloutApproval = RolloutApproval.MANUAL
     max_concurrent_workloads: int = 1
     verify_timeout_seconds: int = 600
 
@@ -88,11 +86,11 @@ class Target:
 
     @property
     def approved(self) -> bool:
-        return self.policy.approval != MANUAL or self.approved_version == str(self.version.version)
+        return self.policy.approval != RolloutApproval.MANUAL or self.approved_version == str(self.version.version)
 
     @property
     def patches_volumes(self) -> bool:
-        return self.policy.strategy == PATCH_BOUND_VOLUMES
+        return self.policy.strategy == RolloutStrategy.PATCH_BOUND_VOLUMES
 
     @property
     def restarts_workloads(self) -> bool:

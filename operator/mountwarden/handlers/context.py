@@ -1,0 +1,47 @@
+"""What every handler of the operator shares: its settings, its clients and its in-memory state, typed.
+
+kopf hands this object to every handler as ``memo`` (a shallow copy per resource object, so that
+each field is the same object everywhere). It is built once, by mountwarden.handlers.runner.run;
+the start-up handlers of the features that are on fill their own field (admission, rollouts,
+policy reports), which is None while a feature is off.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the handlers that own these import this module
+    from kubernetes.client import ApiClient
+
+    from mountwarden.adapters.kube import ProfileConditions, StorageClasses
+    from mountwarden.adapters.pods import PodPlacements
+    from mountwarden.adapters.watches import CoreWatches
+    from mountwarden.handlers.admission import AdmissionState
+    from mountwarden.handlers.config import OperatorConfig
+    from mountwarden.handlers.credits import CreditFetcher
+    from mountwarden.handlers.policyreports import PolicyReportPublisher
+    from mountwarden.handlers.posted import PostedFindings
+    from mountwarden.handlers.rollouts import RolloutWakeups
+
+
+@dataclass
+class OperatorContext:
+    config: OperatorConfig
+    kube_client: ApiClient
+    #: Writes the versioned StorageClasses; ProfileConditions applies each handler's own conditions.
+    storage_classes: StorageClasses
+    conditions: ProfileConditions
+    #: Which findings were posted as Events already (each is posted once).
+    posted_findings: PostedFindings
+    #: The watches of pods, PVs and claims kept outside kopf, and where each pod runs.
+    watches: CoreWatches
+    pods: PodPlacements
+    #: One batched CloudWatch fetch per region and interval, for every profile's credit watch.
+    credit_fetcher: CreditFetcher
+    #: The admission webhooks' state (None with --webhook-mode off).
+    admission: AdmissionState | None = None
+    #: What wakes each profile's rollout daemon (filled at start-up, on kopf's event loop).
+    rollout_wakeups: RolloutWakeups | None = None
+    #: The PolicyReports' writer (None unless --policy-reports and their CRDs are served).
+    policy_reports: PolicyReportPublisher | None = None
