@@ -275,6 +275,21 @@ def test_a_profile_with_an_unknown_option_is_denied_naming_the_field(cluster, ku
     assert kube.profile(name) is None
 
 
+def test_a_profile_with_the_imports_flags_on_efs_is_warned_of_their_cost_whatever_the_credits(cluster, kube, webhook,
+                                                                                               unique, profiles):
+    # No credit watch has read the file system's throughput mode: the warning does not wait for it.
+    name = f"import-{unique}"
+    profiles.append(name)
+    warnings, denial = answer(apply(cluster, profile(name, "cached", mountOptions=["sync", "actimeo=0",
+                                                                                  "lookupcache=none"])))
+    assert denial is None
+    (warning,) = [w for w in warnings if "sync, actimeo=0, lookupcache=none" in w]
+    assert warning.startswith(f"StorageProfile {name}: spec.mountOptions: on EFS sync, actimeo=0, lookupcache=none "
+                              "make every stat() and open() a round trip per path component")
+    assert "metered as at least 4 KiB on EFS" in warning and "use cachePolicy staging" in warning
+    assert "the file system's credits or throughput mode" in warning
+
+
 def test_overlapping_consumers_are_named(cluster, kube, webhook, unique, profiles):
     first, second = f"web-{unique}", f"web-fast-{unique}"
     profiles.extend([first, second])

@@ -7,8 +7,11 @@ rpcbind (the lock manager and statd are found through it). The options a gateway
 validates are the ones the kernel then has in effect.
 """
 
+import json
 import re
 from collections.abc import Iterator
+
+import yaml
 
 import pytest
 from tests.kernel.conftest import boot
@@ -75,3 +78,26 @@ def test_the_gateway_profile_accepts_what_the_kernel_runs_with(gateway):
     policy = resolve_policy(provisioner="nfs.csi.k8s.io", cache_policy="read-only", mount_options=asked,
                             kind="nfsv3-gateway")
     assert policy.valid and policy.warnings == (), (asked, policy.errors, policy.warnings)
+
+
+def test_the_gateways_client_setup_audits_clean_against_a_profile_that_declares_it(gateway):
+    # The gateway's recommended client setup (vers=3, its NFS and MOUNT ports, nolock, read-only), as a profile
+    # declares it: the volume is mounted with the class's options, as the kubelet would, and audited. The kernel
+    # shows nolock as nolock,local_lock=all; neither may read as drift.
+    lab: Lab = gateway["lab"]
+    spec = {"backend": {"provisioner": "nfs.csi.k8s.io", "kind": "nfsv3-gateway"}, "cachePolicy": "read-only",
+            "mountOptions": ["vers=3", "proto=tcp", "port=2049", f"mountport={gateway['mountport']}",
+                             "mountproto=tcp", "nolock"]}
+    policy = resolve_policy(provisioner="nfs.csi.k8s.io", cache_policy="read-only", mount_options=spec["mountOptions"],
+                            kind="nfsv3-gateway")
+    assert policy.valid, policy.errors
+    point = lab.mount(",".join(policy.mount_options), at=try_mount_point(1))
+    (lab.vm.io_dir / "gateway-profile.yaml").write_text(yaml.safe_dump(
+        {"apiVersion": "mountwarden.io/v1alpha1", "kind": "StorageProfile", "metadata": {"name": "gateway"},
+         "spec": spec}))
+    result = lab.vm.mountwarden("audit", "--proc-root", "/proc", "--profile", "/mnt/lab-io/gateway-profile.yaml",
+                                "--json", check=False)
+    audit = json.loads(result.stdout)
+    (volume,) = [v for v in audit["volumes"] if v["mount_point"] == point]
+    assert {"nolock", "local_lock=all", "ro", "vers=3"} <= set(volume["effective_options"]), volume
+    assert volume["compliant"] and volume["findings"] == [], volume["findings"]

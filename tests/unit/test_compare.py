@@ -149,7 +149,7 @@ def test_actimeo_nobody_declared_is_one_finding():
 
 
 def test_nolock_on_a_read_only_volume_is_no_hazard():
-    (finding,) = compare_undeclared({}, observed("ro,vers=3,nolock"))
+    (finding,) = compare_undeclared({}, observed("ro,vers=3,nolock,local_lock=all"))  # as the kernel shows it
     assert (finding.option, finding.severity) == ("lock", "info")
     assert "no SQLite hazard" in finding.message
 
@@ -169,3 +169,21 @@ def test_the_origin_is_the_csi_driver_when_the_pv_does_not_ask_for_it():
 
 def test_declared_values_are_left_to_compare():
     assert compare_undeclared(declared("strict"), observed("rw,vers=4.1,acregmin=60")) == []
+
+
+def test_nfsv3_nolock_is_in_effect_as_local_lock_all_and_a_contract_that_declares_nolock_holds():
+    # The S3 gateway's client setup: vers=3 with its ports, nolock, read-only. The kernel shows nolock with
+    # local_lock=all (kernel lab, kernel_facts.json "locking"); neither is drift against a contract that says nolock.
+    gateway = observed("ro,vers=3,rsize=131072,wsize=131072,namlen=255,hard,nolock,proto=tcp,port=2049,timeo=600,"
+                       "retrans=2,sec=sys,mountport=20048,mountproto=tcp,local_lock=all,addr=10.0.0.9")
+    contract = {"ro": True, "vers": "3", "port": 2049, "mountport": 20048, "lock": False}
+    result = check(contract, gateway)
+    assert result.compliant, [finding.message for finding in result.findings]
+    # Declaring local_lock=none against that mount is a mismatch, named as such.
+    (mismatch,) = check({**contract, "local_lock": "none"}, gateway).findings
+    assert (mismatch.option, mismatch.expected, mismatch.actual) == ("local_lock", "none", "all")
+
+
+def test_a_contract_on_nfsv3_without_nolock_is_told_of_local_lock_all_once():
+    (finding,) = compare_undeclared({"vers": "3"}, observed("rw,vers=3,nolock,local_lock=all"))
+    assert (finding.option, finding.actual, finding.undeclared) == ("lock", False, True)

@@ -39,7 +39,8 @@ def test_explain_nconnect_keeps_the_per_flow_reasoning_at_any_value():
         result = run("options", "explain", f"nconnect={value}", "--json")
         (explained,) = json.loads(result.stdout)["options"]
         assert "5 Gbit/s between EC2 instances outside a cluster placement group" in explained["consequence"]
-        assert "ceil(min(instance bandwidth, file-system limit) / 5 Gbit/s) + 1" in explained["consequence"]
+        assert "ceil(min(instance bandwidth, file-system limit) / 5 Gbit/s)" in explained["consequence"]
+        assert "10.2 Gbit/s" in explained["consequence"] and "benchmark the value" in explained["consequence"]
 
 
 def test_explain_says_what_the_kernel_makes_of_504_kib():

@@ -208,3 +208,28 @@ def test_the_kind_defaults_from_the_provisioner():
     # An EFS file system mounted through the generic NFS driver still gets the AWS baseline.
     policy = resolve_policy(provisioner=GATEWAY, cache_policy="cached", kind="efs")
     assert policy.options["vers"] == "4.1" and policy.options["resvport"] is False
+
+
+def test_on_efs_the_imports_flags_are_warned_of_whatever_the_credits_and_named_where_they_come_from():
+    flags = resolve_policy(provisioner="efs.csi.aws.com", cache_policy="cached",
+                           mount_options=["sync", "actimeo=0", "lookupcache=none"])
+    (warning,) = [w for w in flags.warnings if "metered as at least 4 KiB" in w.message]
+    assert warning.field == "spec.mountOptions"
+    assert warning.message.startswith("on EFS sync, actimeo=0, lookupcache=none make every stat() and open() a round "
+                                      "trip per path component (5 for a file two directories down: kernel lab) and "
+                                      "every write() wait for the server (nfs(5))")
+    assert "use cachePolicy staging" in warning.message
+    strict = resolve_policy(provisioner="efs.csi.aws.com", cache_policy="strict")
+    assert [w.field for w in strict.warnings if "metered" in w.message] == ["spec.cachePolicy"]
+    noac = resolve_policy(provisioner="efs.csi.aws.com", cache_policy="staging", mount_options=["noac"])
+    assert any("on EFS sync, actimeo=0 make" in w.message for w in noac.warnings)
+
+
+@pytest.mark.parametrize(("provisioner", "cache_policy"), [
+    ("efs.csi.aws.com", "staging"),  # one GETATTR per stat(): the price of never being stale, not warned of
+    ("efs.csi.aws.com", "cached"),
+    ("nfs.csi.k8s.io", "strict"),  # no metering outside EFS
+])
+def test_what_costs_no_metered_round_trips_is_not_warned_of(provisioner, cache_policy):
+    policy = resolve_policy(provisioner=provisioner, cache_policy=cache_policy)
+    assert not any("metered" in w.message for w in policy.warnings), policy.warnings

@@ -109,7 +109,7 @@ class Throughput(ApiModel):
     instance_bandwidth_gbps: float | None = Field(
         default=None, ge=0.01, le=3200,
         description="The consumers' nodes' network bandwidth, Gbit/s (their instance type's): nconnect advice is "
-        "ceil(min(this, the file-system limit) / perFlowCapGbps) + 1.",
+        "ceil(min(this, the file-system limit) / perFlowCapGbps), with one more as headroom a choice, not a need.",
     )
     file_system_limit_gbps: float | None = Field(
         default=None, ge=0.01, le=3200,

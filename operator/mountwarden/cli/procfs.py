@@ -11,6 +11,7 @@ from rich.text import Text
 
 from mountwarden.cli._app import app
 from mountwarden.cli._output import console, err_console, fail, print_json
+from mountwarden.core.options.effects import nconnect_sizing
 from mountwarden.core.options.table import DEFAULT_PER_FLOW_CAP_GBPS
 from mountwarden.core.procfs.mountinfo import MountinfoEntry, read_mountinfo
 from mountwarden.core.procfs.mounts import MountsEntry, read_mounts
@@ -326,10 +327,8 @@ def _print_mountstats_device(device: MountstatsDevice) -> None:
 
 
 def _queue_remedy(device: MountstatsDevice) -> str:
-    sizing = (f"size nconnect as ceil(min(instance bandwidth, file-system limit) / "
-              f"{DEFAULT_PER_FLOW_CAP_GBPS:g} Gbit/s) + 1 (three connections covered the single-flow incident; EFS "
-              "gives one client at most 1,500 MiB/s in Elastic mode and 500 MiB/s otherwise: EFS User Guide, "
-              "'Amazon EFS performance specifications').")
+    sizing = (f"{nconnect_sizing()} (EFS gives one client at most 1,500 MiB/s in Elastic mode and 500 MiB/s "
+              "otherwise: EFS User Guide, 'Amazon EFS performance specifications').")
     if device.xprt_count > 1:
         return (
             "requests wait for the connection, not the server; this mount already spreads them over "
@@ -339,5 +338,6 @@ def _queue_remedy(device: MountstatsDevice) -> str:
     return (
         f"requests wait for the connection, not the server; one TCP flow carries at most "
         f"{DEFAULT_PER_FLOW_CAP_GBPS:g} Gbit/s between EC2 instances outside a cluster placement group (EC2 User "
-        f"Guide, 'Amazon EC2 instance network bandwidth'): {sizing} nconnect needs Linux 5.3 or later."
+        f"Guide, 'Amazon EC2 instance network bandwidth'): {sizing} The mount's xprt: lines then show whether the "
+        "kernel opened them (Linux 5.3 brought nconnect; some older enterprise kernels carry it backported)."
     )

@@ -36,7 +36,7 @@ from mountwarden.core.credits.bucket import ThroughputMode
 from mountwarden.core.findings import Finding, Reason, Severity
 from mountwarden.core.options.effects import EFS_METERING, Cost, cost_phrase, credit_costs
 from mountwarden.core.options.normalize import normalize
-from mountwarden.core.options.presets import EFS_PROVISIONER, PRESETS, CachePolicy, is_efs
+from mountwarden.core.options.presets import CHEAPER_PRESETS, EFS_PROVISIONER, PRESETS, CachePolicy, is_efs
 from mountwarden.core.options.table import OptionValue
 from mountwarden.core.policy import SpecProblem
 from mountwarden.core.selectors import selector_matches
@@ -301,9 +301,8 @@ def review_claim(claim: Claim, view: ClusterView) -> Review:
             f"StorageProfile {owner.name}: on Bursting {where} its effective options "
             f"{', '.join(option for option, _ in costly)} make "
             f"{cost_phrase(costs)}, each {EFS_METERING} and paid from the burst credits meant for data "
-            "(sync,actimeo=0,lookupcache=none made the incident's import take 8 hours); use cachePolicy staging for "
-            "data several clients change (1 GETATTR per stat(), never stale: kernel lab), cached where others' "
-            "changes may show up to 10 minutes late, or Elastic throughput"
+            f"(sync,actimeo=0,lookupcache=none made the incident's import take 8 hours); {CHEAPER_PRESETS}, or "
+            "Elastic throughput"
         ))
 
     # Asking for the default by name counts as asking for no class: the API server usually filled it in.

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mountwarden.core.options.compare import forbidden_violations
+from mountwarden.core.options.effects import EFS_METERING, Cost, cost_phrase, credit_costs
 from mountwarden.core.options.normalize import (
     NormalizedOptions,
     Severity,
@@ -18,7 +19,7 @@ from mountwarden.core.options.normalize import (
     layer,
     normalize,
 )
-from mountwarden.core.options.presets import EFS_BASELINE, current_names, is_efs, preset_of
+from mountwarden.core.options.presets import CHEAPER_PRESETS, EFS_BASELINE, current_names, is_efs, preset_of
 from mountwarden.core.options.table import BY_NAME, OptionValue, exclusive_group
 from mountwarden.core.vocabulary import BackendKind, SqlitePolicy
 
@@ -131,7 +132,29 @@ def resolve_policy(
         gateway_errors, gateway_warnings = _check_gateway(effective, sqlite)
         errors += gateway_errors
         warnings += gateway_warnings
+    if kind == BackendKind.EFS and not errors:
+        warnings += _metered_round_trips(effective, layer(*layers[:-1]))
     return ResolvedPolicy(effective, tuple(errors), tuple(warnings))
+
+
+def _metered_round_trips(options: dict[str, OptionValue], preset: dict[str, OptionValue]) -> list[SpecProblem]:
+    """On EFS, options that make every stat(), open() or write() a metered round trip: said whatever the credits.
+
+    ``preset`` is the options without spec.mountOptions, to name the field that asks for them. The burst
+    credits only sharpen it: a PVC of such a profile on a Bursting file system is warned again
+    (StrictOnBursting), with what it costs the credits.
+    """
+    costly = credit_costs(options)
+    if not costly:
+        return []
+    costs = Cost.NONE
+    for _, cost in costly:
+        costs |= cost
+    field = "spec.cachePolicy" if credit_costs(preset) == costly else "spec.mountOptions"
+    names = ", ".join(name for name, _ in costly)
+    return [SpecProblem(field, f"on EFS {names} make {cost_phrase(costs)}, each {EFS_METERING}, whatever the file "
+                               "system's credits or throughput mode (sync,actimeo=0,lookupcache=none made the "
+                               f"incident's import take 8 hours); {CHEAPER_PRESETS}.", Severity.WARNING)]
 
 
 def _check_gateway(options: dict[str, OptionValue], sqlite: str) -> tuple[list[SpecProblem], list[SpecProblem]]:

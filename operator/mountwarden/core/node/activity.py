@@ -9,8 +9,9 @@ start at zero). Findings are judged against thresholds a profile may set:
   between EC2 instances outside a cluster placement group: EC2 User Guide, "Amazon EC2 instance
   network bandwidth") while requests wait longer to be sent than they take on the wire. A single
   flow cannot go faster than the cap, so an average near it over the window is a plateau.
-  The advice sizes nconnect as ceil(min(instance bandwidth, file-system limit) / per-flow cap) + 1,
-  the arithmetic of the single-flow incident (three connections covered it), with its inputs named.
+  The advice sizes nconnect as ceil(min(instance bandwidth, file-system limit) / per-flow cap), the
+  FSx write-up's arithmetic, with its inputs named; headroom is a separate choice, and the value is
+  benchmarked before it is rolled out.
 - ``TransportUnhealthy``: retransmissions, major timeouts or reconnects above their thresholds.
 - ``StuckOnNFS``: a pod's processes in uninterruptible sleep (D) in most samples; the incidents saw
   D in almost every sample.
@@ -22,13 +23,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from mountwarden.core.findings import Finding, Reason, Severity
+from mountwarden.core.options.effects import nconnect_sizing
 from mountwarden.core.options.table import DEFAULT_PER_FLOW_CAP_GBPS
 from mountwarden.core.procfs.mountstats import WRAPPED_COUNTER_FLOOR, MountstatsDevice
 
 GBIT = 1e9 / 8  # bytes per second in one Gbit/s
 MIB = 1024 * 1024
 #: nconnect arrived in Linux 5.3 ("NFS: Add a mount option to specify number of TCP connections to use").
-NCONNECT_SINCE = (5, 3)
 NCONNECT_MAX = 16  # the kernel's limit (fs/nfs/fs_context.c: NFS_MAX_CONNECTIONS)
 #: Per-client throughput of EFS (EFS User Guide, "Amazon EFS performance specifications").
 EFS_PER_CLIENT_MIBPS = {"elastic": 1500.0, "provisioned": 500.0, "bursting": 500.0}
@@ -195,36 +196,21 @@ class Thresholds:
     min_stuck_samples: int = 10
 
 
-def kernel_version(release: str | None) -> tuple[int, int] | None:
-    """(major, minor) of a kernel release such as 6.1.0-57-amd64 or 4.18.0-513.el8.x86_64."""
-    match = re.match(r"(\d+)\.(\d+)", release or "")
-    return (int(match.group(1)), int(match.group(2))) if match else None
-
-
-def nconnect_has_effect(release: str | None) -> bool | None:
-    version = kernel_version(release)
-    return None if version is None else version >= NCONNECT_SINCE
-
-
 @dataclass(frozen=True, slots=True)
 class NconnectAdvice:
     connections: int | None
     message: str
 
 
-def nconnect_advice(thresholds: Thresholds, kernel_release: str | None = None) -> NconnectAdvice:
-    """nconnect = ceil(min(instance bandwidth, file-system limit) / per-flow cap) + 1, its inputs named.
+def nconnect_advice(thresholds: Thresholds) -> NconnectAdvice:
+    """nconnect = ceil(min(instance bandwidth, file-system limit) / per-flow cap), its inputs named.
 
-    The + 1 leaves room for the flow that metadata and small requests share with the data.
+    Headroom (one connection more for metadata and small requests sharing the flows) is said as a choice,
+    not added: the FSx write-up's sizing (effects.nconnect_sizing).
     """
     cap = thresholds.per_flow_cap_gbps
     cap_text = f"the per-flow cap {cap:g} Gbit/s (spec.throughput.perFlowCapGbps" + (
         "; EC2 User Guide, 'Amazon EC2 instance network bandwidth')" if cap == DEFAULT_PER_FLOW_CAP_GBPS else ")")
-    if nconnect_has_effect(kernel_release) is False:
-        return NconnectAdvice(None, (
-            f"nconnect does nothing on Linux {kernel_release}: it arrived in 5.3 (nfs(5)), and this kernel opens one "
-            "connection per server whatever is asked; upgrade the node's kernel, or spread the load over mounts of "
-            "different server addresses."))
     limits = []
     if thresholds.instance_bandwidth_gbps:
         limits.append((thresholds.instance_bandwidth_gbps,
@@ -236,23 +222,24 @@ def nconnect_advice(thresholds: Thresholds, kernel_release: str | None = None) -
                        f"the file-system limit {thresholds.file_system_limit_gbps:g} Gbit/s ({source})"))
     if not limits:
         return NconnectAdvice(None, (
-            f"size nconnect as ceil(min(instance bandwidth, file-system limit) / {cap:g} Gbit/s) + 1: set "
-            "spec.throughput.instanceBandwidthGbps (the node's instance type) so that mountwarden can say the number."))
-    needed, named = min(limits)
-    connections = min(NCONNECT_MAX, math.ceil(needed / cap) + 1)
+            f"{nconnect_sizing(cap)}. Set spec.throughput.instanceBandwidthGbps (the node's instance type) so that "
+            "mountwarden can say the number."))
+    needed, _ = min(limits)
+    connections = min(NCONNECT_MAX, math.ceil(needed / cap))
     inputs = " and ".join(text for _, text in limits)
+    headroom = (f" {connections + 1} would leave a connection of headroom for metadata and small requests: a choice, "
+                "not a need." if connections < NCONNECT_MAX else f", capped at the kernel's {NCONNECT_MAX}.")
     return NconnectAdvice(connections, (
-        f"nconnect={connections}: ceil(min of {inputs} = {needed:g} Gbit/s / {cap_text}) + 1 = {connections}"
-        + (f", capped at the kernel's {NCONNECT_MAX}" if connections == NCONNECT_MAX else "")
-        + ". Give every volume of this server on a node the same nconnect: the first mount decides (kernel lab)."))
+        f"nconnect={connections}: ceil(min of {inputs} = {needed:g} Gbit/s / {cap_text}) = {connections}."
+        f"{headroom} Benchmark the value before rolling it out (the FSx write-up's advice). Give every volume of "
+        "this server on a node the same nconnect: the first mount decides (kernel lab)."))
 
 
 def _gbps(bytes_per_second: float) -> str:
     return f"{bytes_per_second / GBIT:.2f} Gbit/s"
 
 
-def throughput_plateau(activity: Activity, thresholds: Thresholds,
-                       kernel_release: str | None = None) -> Finding | None:
+def throughput_plateau(activity: Activity, thresholds: Thresholds) -> Finding | None:
     """One connection near the per-flow cap, its requests waiting to be sent longer than on the wire."""
     cap = thresholds.per_flow_cap_gbps * GBIT
     if (activity.connections != 1 or activity.window_seconds < thresholds.plateau_seconds
@@ -260,7 +247,7 @@ def throughput_plateau(activity: Activity, thresholds: Thresholds,
             or activity.avg_queue_ms is None or activity.avg_rtt_ms is None
             or activity.avg_queue_ms <= activity.avg_rtt_ms):
         return None
-    advice = nconnect_advice(thresholds, kernel_release)
+    advice = nconnect_advice(thresholds)
     return Finding(
         Reason.THROUGHPUT_PLATEAU, Severity.WARNING,
         f"One connection moved {_gbps(activity.bytes_per_second)} on average over {activity.window_seconds:.0f} s, "
@@ -310,11 +297,11 @@ def stuck_processes(samples: ProcessSamples, pod: str, thresholds: Thresholds,
 
 
 def judge(activity: Activity | None, samples: Iterable[tuple[str, ProcessSamples]], thresholds: Thresholds,
-          *, kernel_release: str | None = None, server_responding: bool | None = None) -> list[Finding]:
+          *, server_responding: bool | None = None) -> list[Finding]:
     """Every finding of one volume's recent activity and of its pods' processes."""
     findings: list[Finding] = []
     if activity is not None:
-        findings += [f for f in (throughput_plateau(activity, thresholds, kernel_release),
+        findings += [f for f in (throughput_plateau(activity, thresholds),
                                  transport_trouble(activity, thresholds)) if f is not None]
     for pod, pod_samples in samples:
         found = stuck_processes(pod_samples, pod, thresholds, server_responding)

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 from mountwarden.core.findings import CheckResult, Finding, Reason, Severity
-from mountwarden.core.node.activity import ProcessSamples, Thresholds, judge, nconnect_has_effect
+from mountwarden.core.node.activity import ProcessSamples, Thresholds, judge
 from mountwarden.core.node.kubelet import KubeletPlugin, parse_volume_path
 from mountwarden.core.options.compare import OriginHints, check
 from mountwarden.core.options.normalize import (
@@ -76,18 +76,18 @@ def check_volume(
              if finding.severity is not Severity.INFO and finding.option in INHERITED_THROUGH_SUPERBLOCK]
     if drift and volume.shared_with:
         findings.append(_superblock_shared(volume, drift))
-    if (nconnect := _nconnect_ignored(volume, declared, kernel_release)) is not None:
+    if (nconnect := _nconnect_ignored(volume, declared, observed, kernel_release)) is not None:
         findings.append(nconnect)
     if thresholds is not None:
-        findings += _activity_findings(volume, thresholds, kernel_release)
+        findings += _activity_findings(volume, thresholds)
     return CheckResult(tuple(findings))
 
 
-def _activity_findings(volume: VolumeObservation, thresholds: Thresholds, kernel_release: str | None) -> list[Finding]:
+def _activity_findings(volume: VolumeObservation, thresholds: Thresholds) -> list[Finding]:
     """Throughput, transport and stuck-process findings from what the agent sampled (a report's mount)."""
     states: ProcessSamples | None = getattr(volume, "processes", None)
     samples = [(f"pod {getattr(volume, 'pod_uid', None) or '(staging)'}", states)] if states else []
-    return judge(getattr(volume, "activity", None), samples, thresholds, kernel_release=kernel_release,
+    return judge(getattr(volume, "activity", None), samples, thresholds,
                  server_responding=getattr(volume, "server_responding", None))
 
 
@@ -132,36 +132,45 @@ def _superblock_shared(volume: VolumeObservation, drift: list[Finding]) -> Findi
 
 
 def _nconnect_ignored(volume: VolumeObservation, declared: Mapping[str, OptionValue],
-                      kernel_release: str | None = None) -> Finding | None:
+                      observed: Mapping[str, OptionValue], kernel_release: str | None = None) -> Finding | None:
+    """nconnect declared, fewer transports opened (one xprt: line each in mountstats): who fixed the number.
+
+    Judged by the transports the kernel opened, never by its version string: enterprise kernels carry
+    nconnect backported (RHEL 8's 4.18); the release is only named in the message. A mount made without
+    nconnect at all is an OptionMismatch, not this.
+    """
     wanted = declared.get("nconnect")
     connections = volume.connections
-    if isinstance(wanted, int) and wanted > 1 and nconnect_has_effect(kernel_release) is False and connections != wanted:
+    if not isinstance(wanted, int) or wanted < 2 or connections is None or connections >= wanted:
+        return None
+    server = volume.server or "the server"
+    if volume.server_mounts >= 2:
+        others = volume.server_mounts - 1
         return Finding(
             reason=Reason.NCONNECT_IGNORED,
             severity=Severity.WARNING,
-            message=(f"nconnect={wanted} is declared but this node runs Linux {kernel_release}: nconnect arrived in "
-                     f"5.3 (nfs(5)), and the mount has {connections or 'one'} connection(s)."),
-            remedy="Upgrade the node's kernel (5.3 or later), or spread the load over mounts of different server "
-                   "addresses.",
+            message=(
+                f"nconnect={wanted} is declared but the client has {connections} connection(s) to {server}: "
+                f"nconnect is fixed by the first mount of a server and {others} other mount(s) on this node use "
+                f"{server}, so this mount's nconnect was ignored."
+            ),
+            remedy=(
+                f"Declare the same nconnect for every volume of {server}, or move the other consumers off this "
+                "node so that the next mount sets it."
+            ),
             option="nconnect", expected=wanted, actual=connections,
         )
-    if wanted is None or connections is None or connections == wanted or volume.server_mounts < 2:
-        return None
-    server = volume.server or "the server"
-    others = volume.server_mounts - 1
-    return Finding(
-        reason=Reason.NCONNECT_IGNORED,
-        severity=Severity.WARNING,
-        message=(
-            f"nconnect={wanted} is declared but the client has {connections} connection(s) to {server}: "
-            f"nconnect is fixed by the first mount of a server and {others} other mount(s) on this node use "
-            f"{server}, so this mount's nconnect was ignored."
-        ),
-        remedy=(
-            f"Declare the same nconnect for every volume of {server}, or move the other consumers off this "
-            "node so that the next mount sets it."
-        ),
-        option="nconnect",
-        expected=wanted,
-        actual=connections,
-    )
+    if connections == 1 and isinstance(observed.get("nconnect"), int) and observed["nconnect"] > 1:
+        running = f" (it runs Linux {kernel_release})" if kernel_release else ""
+        return Finding(
+            reason=Reason.NCONNECT_IGNORED,
+            severity=Severity.WARNING,
+            message=(f"nconnect={wanted} is declared, the mount table shows nconnect={observed['nconnect']} and this "
+                     f"is the only mount of {server} on the node, but the kernel opened one connection (one xprt: "
+                     f"line in mountstats): this node's kernel{running} does not do nconnect (Linux 5.3 brought it, "
+                     "nfs(5); some older enterprise kernels carry it backported)."),
+            remedy="Run the node on a kernel with nconnect (5.3 or later, or a backport), or spread the load over "
+                   "mounts of different server addresses.",
+            option="nconnect", expected=wanted, actual=connections,
+        )
+    return None

@@ -20,6 +20,7 @@ from mountwarden.core.options.normalize import (
     INHERITED_THROUGH_SUPERBLOCK,
     effective_value,
     format_canonical,
+    implied_value,
     normalize,
 )
 from mountwarden.core.options.table import (
@@ -278,6 +279,8 @@ def compare_undeclared(declared: Mapping[str, OptionValue], observed: Mapping[st
             actual = next((m for m in members if observed.get(m)), members[0])
         else:
             expected, actual = effective_value(declared, name), effective_value(observed, name)
+            if actual is not None and implied_value(observed, name) == actual:
+                continue  # the consequence of another option in effect (nolock on NFSv3), judged as that one
         if actual is not None and actual != expected:
             differences.append((name, expected, actual))
     findings: list[Finding] = []

@@ -133,16 +133,25 @@ def cost_phrase(cost: Cost) -> str:
     return " and ".join(phrase for part, phrase in COST_PHRASES.items() if part in cost & CREDIT_COSTS)
 
 
+def nconnect_sizing(cap: float = DEFAULT_PER_FLOW_CAP_GBPS) -> str:
+    """How to size nconnect, with the arithmetic and the advice of the write-up it comes from."""
+    return (f"size nconnect as ceil(min(instance bandwidth, file-system limit) / {cap:g} Gbit/s): the FSx write-up put "
+            f"10.2 Gbit/s of file-system throughput over {cap:g} Gbit/s flows as ceil(2.04) = 3, 'two close, three with "
+            "a comfortable buffer'; one connection more as headroom for metadata and small requests is a choice, not "
+            "a need; benchmark the value before rolling it out, as the write-up says")
+
+
 def _nconnect_text(connections: int) -> str:
     """The per-flow reasoning, whatever the value: what N connections can carry, and who decides."""
     cap = DEFAULT_PER_FLOW_CAP_GBPS
     carries = ("One connection carries at most" if connections == 1 else
                f"{connections} connections can carry up to {connections * cap:g} Gbit/s where one carries at most")
     return (f"{carries} {cap:g} Gbit/s between EC2 instances outside a cluster placement group (EC2 User "
-            "Guide, 'Amazon EC2 instance network bandwidth'): size nconnect as ceil(min(instance bandwidth, "
-            f"file-system limit) / {cap:g} Gbit/s) + 1, the arithmetic of the single-flow incident (three covered "
-            "it): more cannot go faster than the instance or the file system allows. Only the first mount to a server "
-            "sets it: later mounts of that server share its connections (kernel lab). Linux 5.3 or later (nfs(5)).")
+            f"Guide, 'Amazon EC2 instance network bandwidth'): {nconnect_sizing(cap)}; more cannot go faster than the "
+            "instance or the file system allows. Only the first mount to a server sets it: later mounts of that server "
+            "share its connections (kernel lab). The kernel's transports (one xprt: line each in mountstats) say "
+            "whether it did: Linux 5.3 brought nconnect (nfs(5)), and some older enterprise kernels (RHEL 8's 4.18) "
+            "carry it backported.")
 
 
 def _io_size_text(name: str, size: int) -> str:

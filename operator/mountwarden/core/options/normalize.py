@@ -400,20 +400,35 @@ def layer(*layers: Mapping[str, OptionValue]) -> dict[str, OptionValue]:
     return canonical_sort(merged)
 
 
+def implied_value(options: Mapping[str, OptionValue], name: str) -> OptionValue | None:
+    """What the kernel sets ``name`` to because of another option of ``options``; None when nothing implies it.
+
+    On NFSv2 and v3, nolock also keeps every lock local: the kernel shows it as nolock,local_lock=all (kernel
+    lab, kernel_facts.json "locking": vers=3 with nolock has effective lock options nolock and local_lock=all).
+    """
+    if name == "local_lock" and options.get("lock") is False and str(options.get("vers", "")).startswith(("2", "3")):
+        return "all"
+    return None
+
+
 def effective_value(options: Mapping[str, OptionValue], name: str) -> OptionValue | None:
-    """The value in effect for ``name``: as given, or the kernel default when absent."""
+    """The value in effect for ``name``: as given, else as another option implies it, else the kernel default."""
     members = exclusive_group(name)
     if members is not None:
         chosen = next((member for member in members if options.get(member)), members[0])
         return chosen == name
     if name in options:
         return options[name]
-    return default_for(name, str(options.get("proto", "tcp")))
+    implied = implied_value(options, name)
+    return implied if implied is not None else default_for(name, str(options.get("proto", "tcp")))
 
 
 def with_kernel_defaults(options: Mapping[str, OptionValue]) -> dict[str, OptionValue]:
-    """Fill in what the kernel uses for every option it has a default for (what mountstats shows)."""
-    return layer(_kernel_defaults(str(options.get("proto", "tcp"))), options)
+    """Fill in what the kernel uses for every option it has a default for, or that another option implies
+    (what mountstats shows)."""
+    implied = {name: value for name in ("local_lock",) if name not in options
+               and (value := implied_value(options, name)) is not None}
+    return layer(_kernel_defaults(str(options.get("proto", "tcp"))), {**implied, **options})
 
 
 @lru_cache(maxsize=16)

@@ -19,6 +19,10 @@ from enum import StrEnum
 
 from mountwarden.core.options.effects import EFS_METERING
 
+#: What to use instead of options that make metadata a round trip: the presets' measured promises (kernel lab).
+CHEAPER_PRESETS = ("use cachePolicy staging for data several clients change (1 GETATTR per stat(), never stale: kernel "
+                   "lab), cached where others' changes may show up to 10 minutes late")
+
 EFS_PROVISIONER = "efs.csi.aws.com"
 
 #: How EFS meters a request, with its source, for every message that says it.
