@@ -11,9 +11,8 @@ import json
 import re
 from collections.abc import Iterator
 
-import yaml
-
 import pytest
+import yaml
 from tests.kernel.conftest import boot
 
 from mountwarden.core.policy import resolve_policy

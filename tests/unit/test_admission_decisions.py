@@ -485,6 +485,26 @@ def test_a_change_of_options_makes_a_new_version_and_counts_the_volumes_left_beh
     ]
 
 
+def test_a_change_that_weakens_coherence_says_who_loses_what_before_anything_moves():
+    # staging (stat() never stale, new names seen at once: kernel lab) to cached (600 s both ways).
+    staging = resolve_policy(provisioner=EFS, cache_policy="staging").mount_options
+    classes = lineage("uploads", 1, current=1)
+    cluster = view(classes=classes, volumes={"uploads-v1": ["pv-a", "pv-b"]})
+    change = change_for(efs_spec("cached"), name="uploads", status={
+        "storageClassName": "uploads-v1", "version": 1, "effectiveMountOptions": staging})
+    (warning,) = review_profile(change, cluster).warnings
+    assert warning == (
+        "StorageProfile uploads: this change makes a new StorageClass uploads-v2; 2 bound PersistentVolumes keep "
+        "their old mount options until remounted; their consumers lose freshness once remounted: stat() by path up "
+        "to 600 s stale instead of never; a file another client creates missing for up to 600 s instead of seen at "
+        "once (nfs(5); kernel lab). Find who relies on it before approving (mountwarden plan uploads names them)")
+    # The other way round nothing gets staler: no such sentence.
+    back = change_for(efs_spec("staging"), name="uploads", status={
+        "storageClassName": "uploads-v1", "version": 1,
+        "effectiveMountOptions": resolve_policy(provisioner=EFS, cache_policy="cached").mount_options})
+    assert "lose freshness" not in review_profile(back, cluster).warnings[0]
+
+
 def test_one_volume_left_behind_is_said_in_the_singular():
     classes = lineage("importer-scratch", 1, current=1)
     cluster = view(classes=classes, volumes={"importer-scratch-v1": ["pv-a"]})

@@ -144,6 +144,27 @@ def test_manual_approval_waits_for_the_annotation_of_the_target_version(approval
         assert "kubectl annotate storageprofile p mountwarden.io/approve-rollout=2" in result.status["message"]
 
 
+def test_who_loses_freshness_is_named_in_the_plan_and_before_approval_in_status():
+    # v1 (coherent: acregmax=3, lookupcache=positive) to v2 (cached: 600 s, negative lookups cached).
+    w = world([volume("a")], [pod("a", 0), pod("a", 1)], [deployment("a")])
+    plan = build_plan(target(Policy(approval="Manual")), w)
+    expected = ("stat() by path up to 600 s stale instead of 3 s; a file another client creates missing for up to "
+                "600 s instead of seen at once (nfs(5); kernel lab)")
+    assert plan.to_dict()["freshnessLoss"] == [{"kind": "Deployment", "namespace": NS, "name": "a",
+                                                "pods": ["a-0", "a-1"], "volumes": ["pv-a"], "loses": expected}]
+    assert any(w.startswith(f"Deployment/{NS}/a loses freshness: {expected}") for w in plan.warnings), plan.warnings
+    result = step(w, t=target(Policy(approval="Manual")))
+    assert result.status["phase"] == "AwaitingApproval" and not result.actions
+    assert [loss["loses"] for loss in result.status["freshnessLoss"]] == [expected]
+    RolloutStatus.model_validate(result.status)  # the CRD's shape
+
+
+def test_a_change_that_makes_nothing_staler_names_no_one():
+    w = world([volume("a", options=CACHED)], [pod("a", 0)], [deployment("a")])
+    back = Target("p", V1, (V2, V1), AUTOMATIC)
+    assert build_plan(back, w).freshness_lost == []
+
+
 # -- one workload, transition by transition ---------------------------------------------------
 
 

@@ -384,6 +384,17 @@ class RolloutConsumer(ApiModel):
     note: str = Field(description="What happens to it, or what to do.")
 
 
+class FreshnessLoss(ApiModel):
+    """A consumer whose volumes lose freshness with the rollout's change of options."""
+
+    kind: str = Field(description="Deployment, StatefulSet, DaemonSet, Job, CronJob or Pod.")
+    namespace: str = Field(description="Its namespace.")
+    name: str = Field(description="Its name.")
+    pods: list[str] = Field(default_factory=list, description="Its pods now.")
+    volumes: list[str] = Field(default_factory=list, description="Its PersistentVolumes of the profile.")
+    loses: str = Field(description="What gets staler, and how much: stat() by path, names another client creates.")
+
+
 class RolloutStatus(ApiModel):
     """How the current version reaches volumes that were bound before it (spec.rollout)."""
 
@@ -414,6 +425,11 @@ class RolloutStatus(ApiModel):
         default_factory=list,
         description="Consumers still on older options that mountwarden does not restart: every consumer under "
         "NewStorageClass; Jobs, CronJobs and bare pods under PatchBoundVolumes.",
+    )
+    freshness_loss: list[FreshnessLoss] = Field(
+        default_factory=list,
+        description="The consumers whose volumes the new options make staler (a longer attribute cache, negative "
+        "lookups cached), and by how much: shown before anything moves, while approval is awaited.",
     )
     guidance: str | None = Field(default=None, description="How to migrate consumers to the new class.")
 

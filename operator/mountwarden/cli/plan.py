@@ -80,7 +80,16 @@ def plan_command(
     """Show what applying PROFILE would roll out: the PVs it patches and the workloads it restarts, in order.
 
     A dry run against the current cluster: it reads the profile's StorageClasses, PVs, pods and workloads
-    and changes nothing.
+    and changes nothing. A change that makes volumes staler (a longer attribute cache, negative lookups
+    cached) names each workload that loses freshness and by how much, before anything moves: find out
+    whether it relies on fresh attributes first.
+
+    JSON: profile, fromVersions, toVersion, toStorageClass, toMountOptions, strategy, approval, volumes
+    [{name, storageClassName, claim, fromVersion, mountOptions, action patch|keep}], workloads [{kind,
+    namespace, name, replicas, pods, volumes, action restart|wait|none|migrate, note}], warnings and
+    freshnessLoss [{kind, namespace, name, pods, volumes, loses}].
+
+    Example: mountwarden plan examples/upload-staging.yaml --json
     """
     name, spec = _read_profile(profile)
     try:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from mountwarden.core.credits.bucket import ThroughputMode
 from mountwarden.core.findings import Finding, Reason, Severity
-from mountwarden.core.options.effects import EFS_METERING, Cost, cost_phrase, credit_costs
+from mountwarden.core.options.effects import EFS_METERING, Cost, cost_phrase, credit_costs, freshness_lost
 from mountwarden.core.options.normalize import normalize
 from mountwarden.core.options.presets import CHEAPER_PRESETS, EFS_PROVISIONER, PRESETS, CachePolicy, is_efs
 from mountwarden.core.options.table import OptionValue
@@ -346,6 +346,8 @@ class ProfileChange:
     last_version: int = 0
     #: An UPDATE of an existing profile (a CREATE makes version 1, which replaces nothing).
     updating: bool = False
+    #: The options the profile's current version mounts with (status.effectiveMountOptions), before the change.
+    current_options: Sequence[str] = ()
 
 
 def review_profile(change: ProfileChange, view: ClusterView) -> Review:
@@ -389,7 +391,11 @@ def _version_change(change: ProfileChange, view: ClusterView) -> str | None:
         volumes = "1 bound PersistentVolume keeps its old mount options until remounted"
     else:
         volumes = f"{kept} bound PersistentVolumes keep their old mount options until remounted"
-    return f"StorageProfile {name}: {what}; {volumes}"
+    lost = (freshness_lost(normalize(list(change.current_options)).options, normalize(change.desired.mount_options).options)
+            if change.current_options else None)
+    staler = (f"; their consumers lose freshness once remounted: {lost}. Find who relies on it before approving "
+              f"(mountwarden plan {name} names them)" if lost and kept else "")
+    return f"StorageProfile {name}: {what}; {volumes}{staler}"
 
 
 def _requirements(selector: Mapping | None) -> frozenset[tuple[str, str, tuple[str, ...]]]:

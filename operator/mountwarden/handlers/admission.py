@@ -348,6 +348,7 @@ def profile_change(name: str, body: Mapping, *, updating: bool) -> ProfileChange
         default=spec.default,
         last_version=ProfileStatus(status).last_version,
         updating=updating,
+        current_options=ProfileStatus(status).effective_mount_options,
     )
 
 

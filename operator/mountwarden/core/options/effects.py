@@ -162,3 +162,35 @@ def _io_size_text(name: str, size: int) -> str:
                 "TCP); the server may negotiate it down to its own maximum (EFS offers 1 MiB).")
     return (f"The kernel uses {name}={used}, not {size}{kib} (kernel lab, over TCP); the server may lower it further "
             "to its own maximum.")
+
+
+@dataclass(frozen=True, slots=True)
+class Freshness:
+    """How long another client's change can stay unseen through a mount, in seconds."""
+
+    #: stat() of a path answers from the attribute cache for up to acregmax seconds (nfs(5); kernel lab: staging's
+    #: acregmax=0 measured 0 s, coherent's acregmax=3 up to 3 s, cached's 600).
+    stat_seconds: int
+    #: A name this client looked up and missed stays missing after another client creates it while negative entries
+    #: are cached (lookupcache=all): up to acdirmax seconds (kernel lab: cached kept a failed lookup the whole run).
+    new_name_seconds: int
+
+
+def freshness(options: Mapping[str, OptionValue]) -> Freshness:
+    stat = effective_value(options, "acregmax")
+    lookups = effective_value(options, "lookupcache")
+    new_name = effective_value(options, "acdirmax") if lookups == "all" else 0
+    return Freshness(int(stat or 0), int(new_name or 0))
+
+
+def freshness_lost(before: Mapping[str, OptionValue], after: Mapping[str, OptionValue]) -> str | None:
+    """What a change of options costs in freshness, as a sentence; None when nothing gets staler."""
+    old, new = freshness(before), freshness(after)
+    lost = []
+    if new.stat_seconds > old.stat_seconds:
+        lost.append(f"stat() by path up to {new.stat_seconds} s stale instead of "
+                    + (f"{old.stat_seconds} s" if old.stat_seconds else "never"))
+    if new.new_name_seconds > old.new_name_seconds:
+        lost.append(f"a file another client creates missing for up to {new.new_name_seconds} s instead of "
+                    + (f"{old.new_name_seconds} s" if old.new_name_seconds else "seen at once"))
+    return "; ".join(lost) + " (nfs(5); kernel lab)" if lost else None

@@ -87,7 +87,7 @@ LOCAL_STORAGE_NOTE = (
     "file's cached attributes and data when the client holds no delegation (fs/nfs/file.c do_setlk; kernel lab: "
     "tests/kernel/test_presets_promises.py), and EFS grants none (EFS User Guide, 'Unsupported NFSv4.0 and 4.1 "
     "features'), so caching saves SQLite no round trip. On trees of many small files EFS took 15:29 where EBS took "
-    "1:26 (the incident). Keep both on storage local to the pod: an emptyDir with a sizeLimit and an "
+    "1:26 (the build-performance study). Keep both on storage local to the pod: an emptyDir with a sizeLimit and an "
     "ephemeral-storage request, or a generic ephemeral volume (SQLiteOnNFS in docs/runbook.md)."
 )
 

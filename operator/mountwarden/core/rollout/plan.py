@@ -6,6 +6,7 @@
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from mountwarden.core.options.effects import freshness_lost
 from mountwarden.core.options.normalize import normalize
 from mountwarden.core.rollout.world import (
     APPROVE_ANNOTATION,
@@ -75,6 +76,19 @@ class Plan:
     world: World
 
     @property
+    def freshness_lost(self) -> list[tuple[Consumer, str]]:
+        """The consumers whose volumes the change makes staler, and by how much (the upload incident's lesson:
+        before an option is removed, find who depends on it)."""
+        if not self.target.patches_volumes:
+            return []
+        target = normalize(self.target.version.mount_options).options
+        lost_by_volume = {change.volume.name: lost for change in self.volumes if change.needs_patch
+                          and (lost := freshness_lost(normalize(change.volume.mount_options).options, target))}
+        lost = [(consumer, next((lost_by_volume[v] for v in consumer.volumes if v in lost_by_volume), None))
+                for consumer in self.consumers]
+        return [(consumer, what) for consumer, what in lost if what is not None]
+
+    @property
     def workloads(self) -> tuple[Consumer, ...]:
         return tuple(c for c in self.consumers if c.restartable)
 
@@ -138,8 +152,16 @@ class Plan:
                 for consumer in self.consumers
             ],
             "warnings": list(self.warnings),
+            "freshnessLoss": freshness_records(self),
         }
 
+
+
+def freshness_records(plan: Plan) -> list[dict]:
+    """Who loses freshness with the plan's change, as status.rollout.freshnessLoss and the plan's JSON say it."""
+    return [{"kind": consumer.ref.kind, "namespace": consumer.ref.namespace, "name": consumer.ref.name,
+             "pods": [pod.name for pod in consumer.pods], "volumes": list(consumer.volumes), "loses": lost}
+            for consumer, lost in plan.freshness_lost]
 
 
 def _same_options(declared: Sequence[str], other: Sequence[str]) -> bool:
@@ -187,11 +209,16 @@ def build_plan(target: Target, world: World) -> Plan:
         for ref, (pods, volumes) in sorted(found.items(), key=lambda item: (item[0].namespace, item[0].name,
                                                                             item[0].kind))
     )
-    return Plan(target, tuple(changes), consumers, tuple(_warnings(target, changes, consumers)), world)
+    plan = Plan(target, tuple(changes), consumers, (), world)
+    return Plan(target, plan.volumes, consumers, tuple(_warnings(plan)), world)
 
 
-def _warnings(target: Target, changes: Sequence[VolumeChange], consumers: Sequence[Consumer]) -> list[str]:
+def _warnings(plan: Plan) -> list[str]:
+    target, changes, consumers = plan.target, plan.volumes, plan.consumers
     warnings = []
+    for consumer, lost in plan.freshness_lost:
+        warnings.append(f"{consumer.ref} loses freshness: {lost}; check that it does not rely on it (an upload "
+                        "service broke when flags it relied on were removed)")
     used = {volume for consumer in consumers for volume in consumer.volumes}
     for change in changes:
         if change.volume.claim is None:

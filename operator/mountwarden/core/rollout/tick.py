@@ -12,7 +12,7 @@ from mountwarden.core.rollout.machine import (
     phase_of,
     take_turns,
 )
-from mountwarden.core.rollout.plan import Plan
+from mountwarden.core.rollout.plan import Plan, freshness_records
 from mountwarden.core.rollout.status import (
     MIGRATION_GUIDANCE,
     consumer_record,
@@ -61,6 +61,7 @@ def advance(plan: Plan, previous: Mapping | None, now: datetime) -> Step:
         isinstance(action, PatchVolume) for action in actions)
     status["workloads"] = [line.to_wire() for line in progress]
     status["consumersOnOlderVersions"] = [consumer_record(c, plan) for c in plan.others if on_older_version(c, plan)]
+    status["freshnessLoss"] = freshness_records(plan)
     status["guidance"] = None
     return Step(tuple(actions), status, tuple(events_of(previous, status, actions)))
 
