@@ -5,13 +5,16 @@ carries their UIDs and PV names in kubelet paths; `mountwarden agent --once`
 writes the node's report, and the operator compares it with the profiles.
 """
 
+import contextlib
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
+import kubernetes
 import pytest
 from tests.procroot import AssembledProcRoot, Mount, Process, assemble_proc_root
-from tests.support import profile_body, scrape, wait_for
+from tests.support import profile_body, report_spec, scrape, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -183,4 +186,32 @@ def test_a_node_speaks_only_of_its_own_pods(cluster, kube, operator, namespace, 
              what="the drift in status, from the home node's report")
     kube.delete_profile(name)
     for node in (liar, home):
+        kube.custom.delete_cluster_custom_object("mountwarden.io", "v1alpha1", "nodemountreports", node)
+
+
+def test_a_pods_userspace_nfs_client_is_an_event_on_the_pod(cluster, kube, operator, namespace, unique):
+    """The agent's report names a pod's process that talks NFS with no kernel mount (found for real in the lab:
+    tests/kernel/test_userspace_client.py): a UserspaceNFSClient Event says it is beyond the audit."""
+    node = cluster.node_names[0]
+    kube.core.create_namespaced_pod(namespace, {
+        "metadata": {"name": "nfs-library"},
+        "spec": {"nodeName": node, "containers": [{"name": "app", "image": "registry.invalid/app:1"}]}})
+    uid = wait_for(lambda: (pod := kube.core.read_namespaced_pod("nfs-library", namespace)).status.phase == "Running"
+                   and pod.metadata.uid, timeout=60, what="the pod Running")
+    message = (f"process 4242 (nfs-cat) of pod {uid} talks NFS to an NFS server at 10.0.9.9:2049 over a socket of "
+               "its own, with no kernel NFS mount")
+    spec = report_spec(node, userspaceClients=[{"pid": 4242, "command": "nfs-cat", "podUid": uid,
+                                                "remote": "10.0.9.9:2049", "message": message}])
+    with contextlib.suppress(kubernetes.client.ApiException):  # another test's report of the node
+        kube.custom.delete_cluster_custom_object("mountwarden.io", "v1alpha1", "nodemountreports", node)
+    kube.custom.create_cluster_custom_object("mountwarden.io", "v1alpha1", "nodemountreports", {
+        "apiVersion": "mountwarden.io/v1alpha1", "kind": "NodeMountReport", "metadata": {"name": node},
+        "spec": {**spec, "scanTime": datetime.now(UTC).isoformat()}})
+    try:
+        # The operator tracks pods with claims only: of this one it knows nothing, and the node speaks of itself.
+        events = wait_for(lambda: [event.message for event in kube.core.list_namespaced_event(
+            "default", field_selector=f"involvedObject.kind=Node,involvedObject.name={node}").items
+            if event.reason == "UserspaceNFSClient"], what="a UserspaceNFSClient event on the node")
+        assert events[0].startswith(f"on {node}: {message}")
+    finally:
         kube.custom.delete_cluster_custom_object("mountwarden.io", "v1alpha1", "nodemountreports", node)

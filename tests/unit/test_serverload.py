@@ -12,7 +12,9 @@ from mountwarden.core.policy import resolve_policy
 from mountwarden.core.serverload import mount_loads, server_load
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
-MOUNT = "rw,vers=3,rsize=1048576,wsize=1048576,hard,nolock,proto=tcp,port=2049,mountport=20048,sec=sys"
+#: As the kernel shows a v3 gateway mount: nolock with local_lock=all (kernel lab, kernel_facts.json "locking").
+MOUNT = ("rw,vers=3,rsize=1048576,wsize=1048576,hard,nolock,proto=tcp,port=2049,mountport=20048,sec=sys,"
+         "local_lock=all")
 
 
 def reported(pod: str, gateway: str, read_gbps: float, *, stuck: float = 0.0) -> MountedVolume:
@@ -56,6 +58,22 @@ def test_a_gateway_is_shown_as_the_funnel_it_is():
     assert first["readBytesPerSecond"] == 5 * 0.4 * GBIT
     assert "5 mount(s) on 3 node(s) share this gateway's network interface: 2.00 Gbit/s together" in first["message"]
     assert (second["server"], second["mounts"]) == ("10.0.9.10", 1)
+
+
+def test_a_gateway_for_data_each_node_reads_alone_is_told_to_mount_the_backing_store_per_node():
+    consumers, reports = cluster()  # each reader mounts a volume of its own
+    first = server_load(mount_loads(consumers, reports), kind="nfsv3-gateway")[0]
+    assert "data each node reads by itself does not need a gateway (the gateway study's rule)" in first["message"]
+
+
+def test_a_gateway_for_data_many_nodes_share_is_what_it_is_for():
+    consumers = [Consumer(f"uid-{n}", "data", f"reader-{n}", f"node-{n % 3}", "pv-shared") for n in range(6)]
+    reports = {node: node_report(node, [reported(c.pod_uid, "10.0.9.9", 0.4).model_copy(update={
+        "volume_name": "pv-shared"}) for c in consumers if c.node == node]) for node in ("node-0", "node-1", "node-2")}
+    (row,) = server_load(mount_loads(consumers, reports), kind="nfsv3-gateway")
+    assert (row["mounts"], row["nodes"]) == (6, 3)
+    assert "Up to 3 nodes read the same volume through it: data many nodes share is what a gateway is for" in row[
+        "message"]
 
 
 def test_other_kinds_get_the_figures_without_the_funnel_message():

@@ -16,12 +16,14 @@ from mountwarden.core.procfs import (
     MapsResult,
     MountinfoResult,
     MountstatsResult,
+    TcpResult,
     mounted_devices,
     parse_cgroup,
     parse_locks,
     parse_maps,
     parse_mountinfo,
     parse_mountstats,
+    parse_tcp,
 )
 
 #: Reads of the mount table before it is taken as it is: k8s.io/mount-utils's maxListTries for the same
@@ -144,6 +146,25 @@ class ProcRoot:
         text = self._text(pid, "fdinfo", fd, counted=False) or ""
         fields = (line.partition(":") for line in text.splitlines())
         return {key.strip(): value.strip() for key, sep, value in fields if sep}
+
+    def net_namespace(self, pid: int) -> str | None:
+        """The process's network namespace, as /proc/<pid>/ns/net names it (net:[4026531992]); None when unreadable."""
+        try:
+            return os.readlink(self.path / str(pid) / "ns" / "net")
+        except OSError as error:
+            self.counters.note(error)
+            return None
+
+    def net_tcp(self, pid: int) -> TcpResult:
+        """The TCP sockets of the process's network namespace (net/tcp and net/tcp6 together)."""
+        sockets = []
+        for name in ("tcp", "tcp6"):
+            sockets += parse_tcp(self._text(pid, "net", name, counted=False) or "").sockets
+        return TcpResult(tuple(sockets), ())
+
+    def command(self, pid: int) -> str | None:
+        text = self._text(pid, "comm")
+        return text.strip() if text is not None else None
 
     def fd_path(self, pid: int, fd: int) -> Path:
         """The /proc/<pid>/fd/<n> link itself: stat() and open() through it reach the file."""

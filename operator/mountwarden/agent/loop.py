@@ -27,7 +27,7 @@ from mountwarden.agent.metrics import AgentMetrics
 from mountwarden.agent.pods import NodePods
 from mountwarden.agent.probe import DEFAULT_PROBE_TIMEOUT_SECONDS, ServerProbe
 from mountwarden.agent.report import RefusedWrite, WriteOutcome, report_body
-from mountwarden.agent.scan import SqliteScanner, scan_node_report
+from mountwarden.agent.scan import SqliteScanner, UserspaceScanner, scan_node_report
 from mountwarden.agent.wakeup import Wakeup
 from mountwarden.api.nodemountreport import NodeMountReportSpec
 
@@ -86,12 +86,14 @@ class Agent:
         *,
         metrics: AgentMetrics | None = None,
         sqlite_scan: SqliteScanner | None = None,
+        userspace_scan: UserspaceScanner | None = None,
         pods: NodePods | None = None,
     ) -> None:
         self.settings = settings
         self.sink = sink
         self.metrics = metrics or AgentMetrics(settings.node_name)
         self.sqlite_scan = sqlite_scan
+        self.userspace_scan = userspace_scan
         self.proc = ProcRoot(settings.proc_root)
         self.probe = ServerProbe(self.proc, settings.probe_timeout_seconds) if settings.probe_timeout_seconds else None
         self.tracker = ActivityTracker(self.proc, window_seconds=settings.activity_window_seconds,
@@ -131,6 +133,7 @@ class Agent:
                 kubelet_root=self.settings.kubelet_root,
                 network_fstypes=self.settings.network_fstypes,
                 sqlite_scan=self.sqlite_scan,
+                userspace_scan=self.userspace_scan,
                 probe=self.probe,
                 tracker=self.tracker,
                 describe_pod=self.describe_pod if self.pods is not None else None,

@@ -25,6 +25,7 @@ from mountwarden.api.nodemountreport import (
     OptionsSource,
     ProcessStates,
     SqliteDatabase,
+    UserspaceNfsClient,
     VolumePlugin,
 )
 from mountwarden.core.node.kubelet import normalize_root
@@ -48,6 +49,8 @@ PodDescriber = Callable[[str, str], dict[str, str | None]]
 #: The seam for the SQLite scan: given the proc root and the node's network mounts, the
 #: SQLite databases in use on them. The agent runs without one until it is plugged in.
 SqliteScanner = Callable[[ProcRoot, Sequence[ScannedMount]], Sequence[SqliteDatabase]]
+#: The seam for the scan of pods' processes that talk NFS themselves (it reads other processes too).
+UserspaceScanner = Callable[[ProcRoot], Sequence[UserspaceNfsClient]]
 
 
 class ScanError(RuntimeError):
@@ -201,6 +204,7 @@ def scan_node_report(
     kubelet_root: str,
     network_fstypes: Sequence[str],
     sqlite_scan: SqliteScanner | None = None,
+    userspace_scan: UserspaceScanner | None = None,
     probe: ServerProbe | None = None,
     tracker: ActivityTracker | None = None,
     describe_pod: PodDescriber | None = None,
@@ -223,6 +227,8 @@ def scan_node_report(
                         probe.timeout)
     recent = tracker.observe(scan, rounds=process_rounds) if tracker is not None else {}
     sqlite = list(sqlite_scan(proc, scan.network_mounts)) if sqlite_scan is not None else []
+    userspace = [client.model_copy(update=_pod_names(describe_pod(client.pod_uid, "")) if describe_pod else {})
+                 for client in (userspace_scan(proc) if userspace_scan is not None else ())]
     for volume in scan.volumes:
         for note in volume.notes:
             log.debug("%s: %s", volume.mount_point, note)
@@ -237,10 +243,16 @@ def scan_node_report(
                                 if describe_pod and volume.pod_uid else None)
                  for volume in scan.volumes],
         sqlite=sqlite,
+        userspace_clients=userspace,
         skipped_lines=scan.skipped_lines,
     )
     return ScanResult(spec=_within_size(spec), scan=scan, duration_seconds=time.perf_counter() - started,
                       recent=recent)
+
+
+def _pod_names(described: dict[str, str | None]) -> dict[str, str | None]:
+    """The pod's name and namespace of what ``describe_pod`` said (nothing for a pod it does not know)."""
+    return {key: described[key] for key in ("pod_name", "pod_namespace") if described.get(key)}
 
 
 def _within_size(spec: NodeMountReportSpec) -> NodeMountReportSpec:

@@ -23,6 +23,7 @@ from mountwarden.core.node.activity import Activity, ProcessSamples
 from mountwarden.core.node.kubelet import KubeletPlugin
 from mountwarden.core.node.report import NodeReport, OperationCounters, ReportedMount, SqliteUse
 from mountwarden.core.node.scan import OptionsSource as NodescanOptionsSource
+from mountwarden.core.node.userspace import UserspaceClient
 
 KIND = "NodeMountReport"
 PLURAL = "nodemountreports"
@@ -190,6 +191,23 @@ class SqliteDatabase(ApiModel):
                          self.message)
 
 
+class UserspaceNfsClient(ApiModel):
+    """A pod's process that talks NFS over a socket of its own, with no kernel mount: beyond mountwarden's audit."""
+
+    pid: int = Field(description="The process holding the connection.")
+    command: str = Field(description="Its command (/proc/<pid>/comm).")
+    pod_uid: str = Field(description="Its pod, from its cgroup.")
+    pod_name: str | None = Field(default=None, description="The pod's name, from the agent's watch of its node's pods.")
+    pod_namespace: str | None = Field(default=None, description="The pod's namespace.")
+    container_id: str | None = Field(default=None, description="Its container, from its cgroup.")
+    remote: str = Field(description="The server (port 2049) or EFS TLS tunnel (127.0.0.1:20049-21049) it talks to.")
+    message: str = Field(description="What was found and why mountwarden cannot audit it.")
+
+    def to_client(self) -> UserspaceClient:
+        pod = f"{self.pod_namespace}/{self.pod_name}" if self.pod_name and self.pod_namespace else None
+        return UserspaceClient(self.pid, self.command, self.pod_uid, self.container_id, self.remote, pod)
+
+
 class NodeMountReportSpec(ApiModel):
     node_name: str = Field(description="The node this report describes (the object has the same name).")
     scan_time: datetime = Field(description="When the agent last scanned the node.")
@@ -199,6 +217,9 @@ class NodeMountReportSpec(ApiModel):
     network_fstypes: list[str] = Field(description="Filesystem types the agent treats as network storage.")
     volumes: list[MountedVolume] = Field(default_factory=list, description="Pod volumes on network filesystems.")
     sqlite: list[SqliteDatabase] = Field(default_factory=list, description="SQLite databases in use on them.")
+    userspace_clients: list[UserspaceNfsClient] = Field(
+        default_factory=list, description="Pods' processes that talk NFS with no kernel mount (read with the "
+        "SQLite scan: both read other processes' descriptors).")
     skipped_lines: int = Field(default=0, ge=0, description="Unreadable /proc lines skipped during the scan.")
 
     def to_report(self, name: str) -> NodeReport:
@@ -206,6 +227,7 @@ class NodeMountReportSpec(ApiModel):
         return NodeReport(node=name, scan_time=self.scan_time,
                           mounts=tuple(volume.to_reported() for volume in self.volumes),
                           sqlite=tuple(database.to_use() for database in self.sqlite),
+                          userspace_clients=tuple(client.to_client() for client in self.userspace_clients),
                           kernel_release=self.kernel_release)
 
 

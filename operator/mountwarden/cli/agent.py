@@ -84,9 +84,10 @@ def agent_command(
              "only, and the operator names the pods.")] = True,
     sqlite_scan: Annotated[bool, typer.Option(
         "--sqlite-scan/--no-sqlite-scan",
-        help="Find SQLite databases in use on network volumes: reads every lock holder's open files and memory "
-             "maps (/proc/<pid>/fd, fdinfo, maps), which needs CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH (root) "
-             "for processes of other users.")] = True,
+        help="Find SQLite databases in use on network volumes, and pods' processes that talk NFS over sockets of "
+             "their own (no kernel mount: UserspaceNFSClient): reads every lock holder's open files and memory maps "
+             "(/proc/<pid>/fd, fdinfo, maps) and each network namespace's TCP table (/proc/<pid>/ns/net, net/tcp), "
+             "which needs CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH (root) for processes of other users.")] = True,
     once: Annotated[bool, typer.Option(
         "--once", help="Scan and write once, then exit (1 when the scan or the write failed); no metrics server. "
                        "Rates are then since each mount was made.")
@@ -150,6 +151,7 @@ def agent_command(
     from mountwarden.agent.pods import NodePods
     from mountwarden.agent.report import RefusedWrite, ReportWriter
     from mountwarden.agent.sqlitescan import report_findings
+    from mountwarden.agent.userspace import scan_userspace_clients
 
     # force: this command owns the process's logging (and a test runner may have configured it before).
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, force=True,
@@ -178,7 +180,8 @@ def agent_command(
             fail(f"no cluster to write to ({escape(str(error))}): pass --kubeconfig, run in a pod, or use --dry-run")
         sink = ReportWriter(client, node_name, heartbeat_seconds=heartbeat,
                             host_boot_id=host_boot_id(ProcRoot(proc_root)))
-    agent = Agent(settings, sink, sqlite_scan=report_findings if sqlite_scan else None)
+    agent = Agent(settings, sink, sqlite_scan=report_findings if sqlite_scan else None,
+                  userspace_scan=scan_userspace_clients if sqlite_scan else None)
     if client is not None and name_pods:
         agent.pods = NodePods(client, node_name, on_change=agent.pod_changed)
     try:

@@ -54,6 +54,8 @@ class Reason(StrEnum):
     STUCK_ON_NFS = "StuckOnNFS"  # the pod's processes in uninterruptible sleep in most samples
     # What is stored on it.
     SQLITE_ON_NFS = "SQLiteOnNFS"
+    # A pod that talks NFS with no kernel mount: beyond the audit.
+    USERSPACE_NFS_CLIENT = "UserspaceNFSClient"
     # A file system's burst credits.
     CREDITS_DRAINING = "CreditsDraining"
     CREDITS_EMPTY = "CreditsEmpty"

@@ -2,6 +2,10 @@
 
 A gateway that is one node's network interface (an NFSv3 gateway in front of S3, say) is a funnel:
 every client's bytes go through it, so its load is the sum over the cluster, not any one mount's.
+Whether it should be there at all follows the gateway study's decision rule, applied to the load the
+agents measure: a gateway is for data many nodes share (one volume mounted on several nodes); data each
+node reads alone (a volume only one node mounts) is better read from the backing store per node, or
+copied local, than funnelled through one interface.
 """
 
 from collections import defaultdict
@@ -20,6 +24,8 @@ class MountLoad:
 
     server: str
     node: str
+    #: The PersistentVolume: the same one on several nodes is data they share.
+    volume: str
     read_bytes_per_second: float | None
     write_bytes_per_second: float | None
 
@@ -34,7 +40,8 @@ def mount_loads(consumers: Iterable[Consumer], reports: Mapping[str, NodeReport]
         if volume is None or not server:
             continue
         activity = volume.activity
-        loads.append(MountLoad(server, consumer.node or "", activity.read_bytes_per_second if activity else None,
+        loads.append(MountLoad(server, consumer.node or "", consumer.volume_name,
+                               activity.read_bytes_per_second if activity else None,
                                activity.write_bytes_per_second if activity else None))
     return loads
 
@@ -53,8 +60,30 @@ def server_load(mounts: Iterable[MountLoad], *, kind: str) -> list[dict]:
         if kind == BackendKind.NFSV3_GATEWAY:
             message = (f"{len(loads)} mount(s) on {nodes} node(s) share this gateway's network interface: "
                        f"{(read + write) / GBIT:.2f} Gbit/s together, and every one of them slows when it is full "
-                       "(a funnel). Add gateways and spread the consumers, or move bulk data to the backing store "
-                       "directly.")
+                       f"(a funnel). {_gateway_rule(loads)}")
         rows.append({"server": server, "mounts": len(loads), "nodes": nodes, "readBytesPerSecond": read,
                      "writeBytesPerSecond": write, "message": message})
     return sorted(rows, key=lambda row: (-(row["readBytesPerSecond"] + row["writeBytesPerSecond"]), row["server"]))
+
+
+def _bytes(load: MountLoad) -> float:
+    return (load.read_bytes_per_second or 0.0) + (load.write_bytes_per_second or 0.0)
+
+
+def _gateway_rule(loads: list[MountLoad]) -> str:
+    """The gateway study's rule on the measured load: shared data belongs behind a gateway, each node's own not."""
+    nodes_of: dict[str, set[str]] = defaultdict(set)
+    for load in loads:
+        nodes_of[load.volume].add(load.node)
+    shared = sum(_bytes(load) for load in loads if len(nodes_of[load.volume]) > 1)
+    own = sum(_bytes(load) for load in loads if len(nodes_of[load.volume]) == 1)
+    if len({load.node for load in loads}) < 2:
+        return "One node uses it: nothing is funnelled yet."
+    if shared >= own:
+        many = max(len(nodes) for nodes in nodes_of.values())
+        return (f"Up to {many} nodes read the same volume through it: data many nodes share is what a gateway is "
+                "for (the gateway study's rule); add gateways and spread the consumers before its interface is "
+                "full.")
+    return ("Most of its bytes are volumes that one node alone reads: data each node reads by itself does not "
+            "need a gateway (the gateway study's rule); mount the backing store per node, or copy the data to "
+            "local storage, and those bytes stop sharing one interface.")

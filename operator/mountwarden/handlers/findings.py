@@ -41,8 +41,10 @@ def post_once(posted: PostedFindings, finding: Finding) -> None:
         return
     log.info("%s %s/%s: %s: %s", subject.kind.lower(), subject.namespace, subject.name, event_reason(finding),
              finding.message)
-    warn({"apiVersion": subject.api_version, "kind": subject.kind,
-          "metadata": {"name": subject.name, "namespace": subject.namespace, "uid": subject.uid}}, finding)
+    metadata = {"name": subject.name, "namespace": subject.namespace}
+    if subject.kind != "Node":  # a Node is named, not identified, by the key PostedFindings keeps for it
+        metadata["uid"] = subject.uid
+    warn({"apiVersion": subject.api_version, "kind": subject.kind, "metadata": metadata}, finding)
 
 
 def publish(context: OperatorContext, profile: str, source: str, findings: Iterable[Finding]) -> None:

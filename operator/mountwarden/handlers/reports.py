@@ -109,6 +109,7 @@ def announce_findings(
         report = read_node_report(name, spec)
     except UnreadableReport:
         return
+    _announce_userspace_clients(name, report, memo)
     report, foreign = of_own_pods(report, memo.pods.node_of)
     for entry in foreign:
         metrics.REPORT_ENTRIES_DROPPED.labels(entry.node, entry.reason).inc()
@@ -137,6 +138,19 @@ def announce_findings(
         if pod is not None:
             said = use.finding().with_message(f"{use.volume_name or 'a network volume'} on {name}: {use.message}")
             findings.post_once(memo.posted_findings, said.about(_pod(use.pod_uid, pod)))
+
+
+def _announce_userspace_clients(node: str, report: NodeReport, memo: OperatorContext) -> None:
+    """A pod's process that talks NFS itself: an Event on the pod when the operator tracks it on this node; on the
+    Node when it does not (a pod with no claim): the node speaks of a process of its own. Another node's pod is
+    not believed (of_own_pods counts it)."""
+    for client in report.userspace_clients:
+        scheduled = memo.pods.node_of(client.pod_uid)
+        said = client.finding().with_message(f"on {node}: {client.message}")
+        if scheduled == node:
+            findings.post_once(memo.posted_findings, said.about(_pod(client.pod_uid, memo.pods.get(client.pod_uid))))
+        elif scheduled is None:
+            findings.post_once(memo.posted_findings, said.about(Subject("Node", node, uid=f"node/{node}")))
 
 
 def _pod(uid: str, pod: PodPlacement) -> Subject:

@@ -48,6 +48,7 @@ GUEST_PYTHON = "3.11"  # Debian 12's python3
 LAB_PACKAGES = (
     "nfs-kernel-server", "nfs-common", "rpcbind", "sqlite3", "python3", "kmod", "iproute2", "procps",
     "util-linux", "e2fsprogs",
+    "libnfs-utils",  # nfs-cat: an NFS client in user space, for UserspaceNFSClient
 )
 #: Loaded by /init in this order (virtio_pci first: the other virtio drivers sit on its bus).
 LAB_MODULES = (

@@ -18,6 +18,7 @@ from datetime import datetime
 
 from mountwarden.core.findings import Finding, Reason, Severity
 from mountwarden.core.node.activity import Activity, ProcessSamples
+from mountwarden.core.node.userspace import UserspaceClient
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +77,8 @@ class NodeReport:
     scan_time: datetime
     mounts: tuple[ReportedMount, ...]
     sqlite: tuple[SqliteUse, ...] = ()
+    #: Pods' processes that talk NFS with no kernel mount.
+    userspace_clients: tuple[UserspaceClient, ...] = ()
     #: The node's kernel release (what its NFS client can do: nconnect since 5.3); None from older agents.
     kernel_release: str | None = None
     _by_pod_volume: dict[tuple[str | None, str], ReportedMount] = field(init=False, repr=False, compare=False)
@@ -134,6 +137,7 @@ def of_own_pods(report: NodeReport, node_of: Callable[[str], str | None]) -> tup
 
     mounts = tuple(m for m in report.mounts if own(m.pod_uid, f"volume {m.volume_name}"))
     sqlite = tuple(u for u in report.sqlite if own(u.pod_uid, f"SQLite {u.path or u.volume_name or 'database'}"))
+    clients = tuple(c for c in report.userspace_clients if own(c.pod_uid, f"userspace NFS client {c.pid}"))
     if not foreign:
         return report, foreign
-    return replace(report, mounts=mounts, sqlite=sqlite), foreign
+    return replace(report, mounts=mounts, sqlite=sqlite, userspace_clients=clients), foreign

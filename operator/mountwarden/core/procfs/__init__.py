@@ -33,6 +33,7 @@ from mountwarden.core.procfs.mountstats import (
     parse_mountstats,
     read_mountstats,
 )
+from mountwarden.core.procfs.tcp import TcpResult, TcpSocket, parse_tcp
 
 __all__ = [
     "CgroupEntry",
@@ -49,6 +50,8 @@ __all__ = [
     "MountstatsResult",
     "PodCgroup",
     "RpcOperationStats",
+    "TcpResult",
+    "TcpSocket",
     "TransportStats",
     "decode_octal_escapes",
     "decode_option_tokens",
@@ -59,6 +62,7 @@ __all__ = [
     "parse_mountinfo",
     "parse_mounts",
     "parse_mountstats",
+    "parse_tcp",
     "parse_pod_cgroup_path",
     "read_cgroup",
     "read_locks",
