@@ -31,7 +31,6 @@ COST_PHRASES = {
     Cost.PATH_LOOKUPS: ("every stat() and open() a round trip per path component (5 for a file two directories "
                         "down: kernel lab)"),
     Cost.WRITES: "every write() wait for the server (nfs(5))",
-    Cost.ATTRIBUTES: "every stat() a GETATTR round trip (kernel lab)",
 }
 #: The costs that spend burst credits on metadata or writes, not on data: what admission warns of on Bursting EFS.
 #: One GETATTR per stat() (acregmax=0, as staging has) is the price of never being stale, and is not among them.
@@ -44,8 +43,6 @@ class Effect:
 
     text: str
     cost: Cost = Cost.NONE
-    #: How long another client's change can stay invisible here, in seconds; None when the value is no staleness.
-    stale_seconds: int | None = None
 
 
 _SYNC = Effect(f"Every write() waits for the server: a round trip per write (nfs(5)), each {EFS_METERING}; sync is "
@@ -73,7 +70,7 @@ _NOAC = Effect(f"Every stat() is a GETATTR round trip and every write() waits fo
 def _stale(seconds: int, *, lookups: bool = False) -> Effect:
     also = ", and a name this client failed to find can stay missing as long" if lookups else ""
     return Effect(f"Another client's change can stay invisible to stat() for up to {seconds} s{also} (nfs(5); "
-                  "kernel lab).", stale_seconds=seconds)
+                  "kernel lab).")
 
 
 def effect(name: str, value: OptionValue | None) -> Effect | None:
