@@ -112,6 +112,14 @@ def test_a_nightly_drain_reads_draining_and_the_status_names_who_drains(
     assert importer["meteredBytesPerSecond"] == pytest.approx((9797 / 3 + 60385) * 4096 / 19)
     assert {p["profile"] for p in consumers["byProfile"]} == {scratch, staging}
     assert any("4 KiB" in note for note in consumers["notes"])
+    # Both pods are one namespace's: its whole load, per workload (bare pods here), with no cost in Bursting mode
+    # (no throughput billed) but what Elastic would bill its requests.
+    [own] = consumers["namespaces"]
+    assert own["namespace"] == namespace and own["share"] == pytest.approx(1)
+    assert own["meteredBytesPerSecond"] == pytest.approx(consumers["estimatedMeteredBytesPerSecond"])
+    assert [w["workload"] for w in own["workloads"]] == [f"{namespace}/importer", f"{namespace}/uploader"]
+    assert own.get("monthlyCostUsd") is None and own["elasticMonthlyCostUsd"] > 0
+    assert consumers["costBasis"].startswith("Bursting: no throughput is billed")
     # The other profile on the same file system names the same consumers.
     peer = wait_for(lambda: (c := credits_of(kube, staging)) and (c.get("consumers") or {}).get("top") and c,
                     timeout=60, what="the peer profile's consumers")
@@ -123,6 +131,9 @@ def test_a_nightly_drain_reads_draining_and_the_status_names_who_drains(
     assert f'mountwarden_credit_consumer_metered_bytes_per_second{{file_system_id="{file_system}",node="{node}",' \
            f'pod="{namespace}/importer",profile="{scratch}",volume="{volumes["importer"][0]}"}}' in body
     assert f'mountwarden_credit_net_change_bytes_per_day{{file_system_id="{file_system}",profile="{scratch}"}}' in body
+    assert (f'mountwarden_credit_namespace_metered_bytes_per_second{{file_system_id="{file_system}",'
+            f'namespace="{namespace}"}}') in body
+    assert "mountwarden_credit_namespace_monthly_cost_usd{" not in body  # Bursting bills no throughput
 
     # The CLI, with the caller's kubeconfig, names the same consumers next to its own forecast.
     done = subprocess.run(
@@ -133,6 +144,8 @@ def test_a_nightly_drain_reads_draining_and_the_status_names_who_drains(
     document = json.loads(done.stdout)
     assert document["state"] == "Draining" and document["time_to_empty_basis"] == "day-over-day"
     assert [c["pods"] for c in document["consumers"]["top"]] == [[f"{namespace}/importer"], [f"{namespace}/uploader"]]
+    assert [n["namespace"] for n in document["consumers"]["namespaces"]] == [namespace]
+    assert document["consumers"]["cost_basis"].startswith("Bursting")
 
 
 def test_the_incidents_flags_under_a_caching_preset_warn_at_admission_on_bursting_efs(

@@ -12,13 +12,18 @@ from mountwarden.agent.scan import scan_node_report
 from mountwarden.api.nodemountreport import read_node_report
 from mountwarden.api.storageprofile import StorageProfileSpec
 from mountwarden.core.credits import KIB, MIB
+from mountwarden.core.credits.bucket import ThroughputMode
 from mountwarden.core.credits.consumers import (
     ReportedVolume,
     VolumeOwners,
+    cost_basis,
     estimate_metering,
+    price_namespaces,
     reported_volumes,
     summarize_consumers,
 )
+from mountwarden.core.credits.pricing import SECONDS_PER_MONTH
+from mountwarden.core.credits.units import GIB
 from mountwarden.core.node.report import OperationCounters
 
 FS, OTHER_FS = "fs-0123456789abcdef0", "fs-0fedcba987654321f"
@@ -77,15 +82,19 @@ def test_a_reports_counters_are_read_and_broken_ones_dropped():
     assert reported_volumes(read_report("node-1", scanTime="2026-12-01T10:00:00Z")) == []
 
 
-OWNERS = VolumeOwners.from_mappings(
-    pods={"uid-a": "data/importer-0", "uid-b": "data/uploader-0", "uid-c": "data/uploader-1",
-          "uid-d": "web/cache-0", "uid-e": "data/static-0"},
-    storage_classes={"pv-a": "scratch-v1", "pv-b": "staging-v2", "pv-c": "staging-v2", "pv-d": "cache-v1",
-                     "pv-e": "static-v1"},
-    profiles={"scratch-v1": "importer-scratch", "staging-v2": "upload-staging", "cache-v1": "web-cache",
-              "static-v1": "static"},
-    file_systems={"importer-scratch": FS, "upload-staging": FS, "static": FS, "web-cache": OTHER_FS},
-)
+def owners(pods):
+    return VolumeOwners.from_mappings(
+        pods=pods,
+        storage_classes={"pv-a": "scratch-v1", "pv-b": "staging-v2", "pv-c": "staging-v2", "pv-d": "cache-v1",
+                         "pv-e": "static-v1"},
+        profiles={"scratch-v1": "importer-scratch", "staging-v2": "upload-staging", "cache-v1": "web-cache",
+                  "static-v1": "static"},
+        file_systems={"importer-scratch": FS, "upload-staging": FS, "static": FS, "web-cache": OTHER_FS},
+    )
+
+
+OWNERS = owners({"uid-a": "data/importer-0", "uid-b": "data/uploader-0", "uid-c": "data/uploader-1",
+                 "uid-d": "web/cache-0", "uid-e": "data/static-0"})
 
 
 def volume(node, pod, pv, superblock, age, **operations):
@@ -184,3 +193,77 @@ def test_the_agent_reports_byte_counters_and_mount_age_from_real_mountstats(tmp_
     # 9,797 reads at the 4 KiB minimum, a third; OPEN, CLOSE, LOOKUP, ... at 4 KiB each (ten busiest kept).
     metadata = 19740 + 10211 + 19739 + 10095 + 500 + 96 + 2 + 1 + 1
     assert b_estimate.metered_bytes == pytest.approx(9797 * 4 * KIB / 3 + metadata * 4 * KIB)
+
+
+def owned(node, pod, pv, superblock, age, owner, **operations):
+    return ReportedVolume(node, pod, pv, superblock, age,
+                          {name: OperationCounters(*counts) for name, counts in operations.items()}, pod_owner=owner)
+
+
+NAMESPACED = [
+    # data: the importer's 1,000 GETATTRs a second (4 KiB each) and two uploader replicas sharing 1 MiB/s of writes.
+    owned("node-1", "uid-a", "pv-a", "0:101", 3600, "Job/importer", GETATTR=(3_600_000,)),
+    owned("node-2", "uid-b", "pv-b", "0:102", 7200, "ReplicaSet/uploader-7d9f", WRITE=(7200, 7200 * MIB, 0)),
+    owned("node-2", "uid-c", "pv-c", "0:102", 7200, "ReplicaSet/uploader-7d9f", WRITE=(7200, 7200 * MIB, 0)),
+    # data too, a bare pod (no controller): 2.4 MiB/s of 1 MiB reads, metered at a third, billed in full by Elastic.
+    owned("node-3", "uid-e", "pv-e", "0:105", 100, None, READ=(240, 0, 240 * MIB)),
+]
+NAMESPACED_OWNERS = owners({"uid-a": "data/importer-0", "uid-b": "data/uploader-0", "uid-c": "data/uploader-1",
+                            "uid-e": "web/static-0"})
+
+
+def test_the_load_is_summed_per_namespace_and_workload_with_shared_superblocks_once():
+    summary = summarize_consumers(NAMESPACED, NAMESPACED_OWNERS, FS)
+    data, web = summary.namespaces
+    assert (data.namespace, web.namespace) == ("data", "web")  # busiest first
+    assert data.metered_bytes_per_second == pytest.approx(1000 * 4 * KIB + MIB)
+    assert [(w.workload, w.metered_bytes_per_second) for w in data.workloads] == [
+        ("data/Job/importer", pytest.approx(1000 * 4 * KIB)),
+        ("data/ReplicaSet/uploader-7d9f", pytest.approx(MIB))]  # the two replicas' counters once, not twice
+    assert [w.workload for w in web.workloads] == ["web/static-0"]  # a bare pod is its own workload
+    assert web.metered_bytes_per_second == pytest.approx(0.8 * MIB)
+    # Elastic bills every request: 3.6 M GETATTRs at 4 KiB a month-rate, writes at $0.06/GiB, reads at $0.03/GiB.
+    importer = data.workloads[0]
+    assert importer.elastic_monthly_usd == pytest.approx(1000 * 4 * KIB / GIB * 0.06 * SECONDS_PER_MONTH)
+    assert web.elastic_monthly_usd == pytest.approx(2.4 * MIB / GIB * 0.03 * SECONDS_PER_MONTH)
+
+
+def test_a_superblock_two_namespaces_share_is_split_evenly_between_them():
+    volumes = [owned("node-1", "uid-a", "pv-a", "0:101", 100, "Job/a", WRITE=(100, 100 * MIB, 0)),
+               owned("node-1", "uid-b", "pv-b", "0:101", 100, "Job/b", WRITE=(100, 100 * MIB, 0))]
+    split = owners({"uid-a": "one/a-0", "uid-b": "two/b-0"})
+    rates = {n.namespace: n.metered_bytes_per_second for n in summarize_consumers(volumes, split, FS).namespaces}
+    assert rates == {"one": pytest.approx(MIB / 2), "two": pytest.approx(MIB / 2)}
+
+
+def priced(mode, provisioned=None):
+    summary = summarize_consumers(NAMESPACED, NAMESPACED_OWNERS, FS)
+    return {row["namespace"]: row for row in price_namespaces(summary, mode, provisioned)}, cost_basis(mode)
+
+
+def test_elastic_mode_bills_each_namespace_its_own_requests():
+    rows, basis = priced(ThroughputMode.ELASTIC)
+    data = rows["data"]
+    assert data["monthlyCostUsd"] == data["elasticMonthlyCostUsd"] > 0
+    assert sum(w["monthlyCostUsd"] for w in data["workloads"]) == pytest.approx(data["monthlyCostUsd"], abs=0.02)
+    assert basis.startswith("Elastic") and "$0.03/GB read" in basis and "aws.amazon.com/efs/pricing" in basis
+
+
+def test_provisioned_mode_splits_the_provisioned_bill_by_share_of_metered_bytes():
+    rows, basis = priced(ThroughputMode.PROVISIONED, provisioned=600.0)
+    total = 1000 * 4 * KIB + 1.8 * MIB
+    assert rows["data"]["share"] == pytest.approx((1000 * 4 * KIB + MIB) / total)
+    assert rows["data"]["monthlyCostUsd"] == pytest.approx(600 * rows["data"]["share"], abs=0.01)
+    assert sum(row["monthlyCostUsd"] for row in rows.values()) == pytest.approx(600, abs=0.02)
+    assert basis.startswith("Provisioned")
+
+
+def test_bursting_mode_bills_no_throughput_so_a_namespace_has_a_share_and_no_cost():
+    rows, basis = priced(ThroughputMode.BURSTING)
+    assert all(row["monthlyCostUsd"] is None for row in rows.values())
+    assert all(w["monthlyCostUsd"] is None for row in rows.values() for w in row["workloads"])
+    assert sum(row["share"] for row in rows.values()) == pytest.approx(1)
+    assert rows["data"]["elasticMonthlyCostUsd"] > 0  # what switching to Elastic would bill it
+    assert "no throughput is billed" in basis
+    # A mode the watch could not read prices nothing either, and says the same.
+    assert priced(None)[0]["data"]["monthlyCostUsd"] is None

@@ -149,6 +149,7 @@ class MountedVolume(ApiModel):
             processes=ProcessSamples(self.processes.samples, self.processes.uninterruptible,
                                      self.processes.processes) if self.processes else None,
             server_responding=self.server_responding,
+            pod_owner=self.pod_owner,
         )
     age_seconds: int | None = Field(
         default=None,

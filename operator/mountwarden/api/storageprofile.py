@@ -294,9 +294,32 @@ class ProfileConsumption(ApiModel):
     consumers: int = Field(description="How many consumers it has.")
 
 
+class WorkloadCost(ApiModel):
+    workload: str = Field(description="namespace/Kind/name of the controller (namespace/name for a bare pod).")
+    metered_bytes_per_second: float = Field(description="Its estimated metered rate.")
+    monthly_cost_usd: float | None = Field(default=None, description="Its share of the file system's throughput "
+                                                                     "bill at the file system's mode (none in Bursting).")
+
+
+class NamespaceCost(ApiModel):
+    """One namespace's share of the file system: what its pods' requests are metered and billed."""
+
+    namespace: str = Field(description="The namespace.")
+    metered_bytes_per_second: float = Field(description="Its consumers' estimated metered rate.")
+    share: float | None = Field(default=None, description="Its share of all consumers' metered bytes (0 to 1).")
+    monthly_cost_usd: float | None = Field(default=None, description="Its share of the throughput bill at the file "
+                                                                     "system's mode (costBasis); none in Bursting.")
+    elastic_monthly_cost_usd: float | None = Field(default=None, description="What Elastic would bill its requests "
+                                                                             "a month.")
+    workloads: list[WorkloadCost] = Field(default_factory=list, description="Per workload, busiest first.")
+
+
 class CreditConsumers(ApiModel):
     """Who drains the file system, from the node reports (every profile watching the same file system)."""
 
+    namespaces: list[NamespaceCost] = Field(default_factory=list, description="Per namespace, busiest first: the "
+                                            "cost of what each one's pods ask of the file system.")
+    cost_basis: str | None = Field(default=None, description="How the namespaces' costs were priced.")
     estimated_metered_bytes_per_second: float = Field(description="All consumers together (estimate).")
     consumers: int = Field(description="Consumers found in the node reports.")
     by_profile: list[ProfileConsumption] = Field(default_factory=list, description="Per profile, busiest first.")

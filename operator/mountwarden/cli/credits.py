@@ -51,9 +51,12 @@ from mountwarden.core.credits import (
 from mountwarden.core.credits.consumers import (
     ConsumerSummary,
     VolumeOwners,
+    cost_basis,
+    price_namespaces,
     reported_volumes,
     summarize_consumers,
 )
+from mountwarden.core.credits.pricing import throughput_bill
 from mountwarden.core.node.report import NodeReport
 from mountwarden.core.storageclass import PROFILE_LABEL
 
@@ -342,12 +345,14 @@ def forecast(
     )
     result = forecast_credits(series, window=history, now=now, settings=settings)
     drainers = _cluster_consumers(series.file_system_id, kubeconfig, context) if consumers else None
+    mode, provisioned = throughput_bill(series)
     if json_output:
-        print_json({**result.to_json(), "consumers": drainers.to_json() if drainers else None})
+        print_json({**result.to_json(), "consumers": drainers.to_json(mode, provisioned) if drainers else None})
     else:
         console.print(_forecast_panel(result))
         if drainers is not None:
             console.print(_consumers_table(drainers))
+            console.print(_namespaces_table(drainers, mode, provisioned))
     raise typer.Exit(_exit_code([result]))
 
 
@@ -604,6 +609,25 @@ def _consumers_table(summary: ConsumerSummary) -> Table:
             _or_unknown(consumer.age_seconds, format_duration),
         )
     return table
+
+
+def _namespaces_table(summary: ConsumerSummary, mode: ThroughputMode | None, provisioned: float | None) -> Table:
+    table = Table(title=f"What each namespace costs on {summary.file_system_id}", caption=cost_basis(mode),
+                  title_justify="left", caption_justify="left")
+    for column in ("namespace", "workload", "metered", "share", "a month", "Elastic would bill"):
+        table.add_column(column)
+    for row in price_namespaces(summary, mode, provisioned):
+        table.add_row(row["namespace"], "", format_rate(row["meteredBytesPerSecond"]),
+                      "" if row["share"] is None else f"{row['share']:.0%}", _dollars(row["monthlyCostUsd"]),
+                      _dollars(row["elasticMonthlyCostUsd"]))
+        for workload in row["workloads"]:
+            table.add_row("", workload["workload"].partition("/")[2], format_rate(workload["meteredBytesPerSecond"]),
+                          "", _dollars(workload["monthlyCostUsd"]), "")
+    return table
+
+
+def _dollars(value: float | None) -> str:
+    return "—" if value is None else f"${value:,.2f}"
 
 
 def _or_unknown(value: Any, render: Any) -> str:

@@ -40,6 +40,7 @@ from mountwarden.core.credits.consumers import (
     reported_volumes,
     summarize_consumers,
 )
+from mountwarden.core.credits.pricing import throughput_bill
 from mountwarden.core.node.report import of_own_pods
 from mountwarden.core.policyreport import credit_findings
 from mountwarden.handlers import findings, metrics
@@ -139,7 +140,8 @@ def _credits_status(target: CreditWatchTarget, result: CreditSeries | CreditWatc
                     consumers: ConsumerSummary | None) -> tuple[dict, dict]:
     """The status.credits object (its wire form) and the CreditsDraining condition for one result."""
     checked_at = now.strftime("%Y-%m-%dT%H:%M:%SZ")
-    found = {"consumers": consumers.to_json()} if consumers and consumers.consumers else {}
+    mode, provisioned = (None, None) if isinstance(result, CreditWatchProblem) else throughput_bill(result)
+    found = {"consumers": consumers.to_json(mode, provisioned)} if consumers and consumers.consumers else {}
     if isinstance(result, CreditWatchProblem):
         status = CreditsStatus.model_validate({"file_system_id": target.file_system_id,
                                                "state": CreditState.UNKNOWN.value, "message": result.message,
@@ -221,6 +223,7 @@ def watch_credits(name: str, body: kopf.Body, spec: kopf.Spec, status: kopf.Stat
             kopf.info(body, reason=f"Credits{credits['state']}", message=f"{target.file_system_id}: {credits['message']}")
     metrics.record_credits(name, credits)
     metrics.record_consumers(target.file_system_id, consumers)
+    metrics.record_namespace_costs(target.file_system_id, (credits.get("consumers") or {}).get("namespaces") or [])
     findings.publish(memo, name, findings.CREDITS, found)
 
 

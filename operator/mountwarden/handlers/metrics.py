@@ -43,6 +43,13 @@ PROFILE_METERED = Gauge("mountwarden_credit_profile_metered_bytes_per_second",
                         "Estimated metered bytes per second of a profile's consumers on a file system (node reports)",
                         ("file_system_id", "profile"))
 
+NAMESPACE_METERED = Gauge("mountwarden_credit_namespace_metered_bytes_per_second",
+                          "Estimated metered bytes per second of one namespace's pods on a file system (node reports)",
+                          ("file_system_id", "namespace"))
+NAMESPACE_COST = Gauge("mountwarden_credit_namespace_monthly_cost_usd",
+                       "One namespace's share of a file system's throughput bill a month at its throughput mode "
+                       "(absent in Bursting, which bills no throughput)", ("file_system_id", "namespace"))
+
 _CREDIT_GAUGES = {
     "balanceBytes": CREDIT_BALANCE,
     "slopeBytesPerSecond": CREDIT_SLOPE,
@@ -86,6 +93,20 @@ def record_consumers(file_system_id: str, summary: ConsumerSummary) -> None:
     with _consumers_lock:
         _replace_series(CONSUMER_METERED, _consumer_series, file_system_id, consumers)
         _replace_series(PROFILE_METERED, _profile_series, file_system_id, profiles)
+
+
+_namespace_series: dict[str, set[tuple[str, ...]]] = {}
+_cost_series: dict[str, set[tuple[str, ...]]] = {}
+
+
+def record_namespace_costs(file_system_id: str, namespaces: list[dict]) -> None:
+    """Set a file system's per-namespace gauges from status.credits.consumers.namespaces; gone ones removed."""
+    metered = {(file_system_id, row["namespace"]): row["meteredBytesPerSecond"] for row in namespaces}
+    costs = {(file_system_id, row["namespace"]): row["monthlyCostUsd"] for row in namespaces
+             if row.get("monthlyCostUsd") is not None}
+    with _consumers_lock:
+        _replace_series(NAMESPACE_METERED, _namespace_series, file_system_id, metered)
+        _replace_series(NAMESPACE_COST, _cost_series, file_system_id, costs)
 
 
 def _replace_series(gauge: Gauge, known: dict[str, set[tuple[str, ...]]], key: str,

@@ -32,8 +32,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from mountwarden.core.credits.bucket import READ_METERING_FACTOR, SMALL_REQUEST_BYTES
+from mountwarden.core.credits.bucket import READ_METERING_FACTOR, SMALL_REQUEST_BYTES, ThroughputMode
 from mountwarden.core.credits.metering import ELASTIC_DATA_MINIMUM_BYTES
+from mountwarden.core.credits.pricing import PRICES, SECONDS_PER_MONTH, ThroughputPrices, round_cents
+from mountwarden.core.credits.units import GIB
 from mountwarden.core.node.report import NodeReport, OperationCounters
 
 #: NFS operations that carry file data (mountstats names, NFSv3 and NFSv4).
@@ -54,12 +56,14 @@ class ReportedVolume:
     age_seconds: float | None
     operations: Mapping[str, OperationCounters]
     scan_time: datetime | None = None
+    #: Kind/name of the pod's controller, when the agent named it.
+    pod_owner: str | None = None
 
 
 def reported_volumes(report: NodeReport) -> list[ReportedVolume]:
     """The pod volumes of one node's report, with what metering needs."""
     return [ReportedVolume(report.node, mount.pod_uid, mount.volume_name, mount.superblock, mount.age_seconds,
-                           mount.operations, report.scan_time) for mount in report.mounts]
+                           mount.operations, report.scan_time, mount.pod_owner) for mount in report.mounts]
 
 
 @dataclass(frozen=True)
@@ -75,11 +79,18 @@ class MeteredEstimate:
     elastic_bytes: float
     #: Some read or write had no byte counter: its bytes are the minimum alone.
     bytes_missing: bool = False
+    #: The reads among ``elastic_bytes`` (priced apart from writes and metadata).
+    elastic_read_bytes: float = 0.0
+
+    def elastic_cost(self, prices: ThroughputPrices = PRICES) -> float:
+        """Dollars these requests are billed in Elastic mode; metadata priced as writes, as ElasticUsage.cost."""
+        return (self.elastic_read_bytes / GIB * prices.elastic_read_per_gib
+                + (self.elastic_bytes - self.elastic_read_bytes) / GIB * prices.elastic_write_per_gib)
 
 
 def estimate_metering(operations: Mapping[str, OperationCounters]) -> MeteredEstimate:
     """Meter one mount's per-operation totals (see the module for the rules)."""
-    read_bytes = write_bytes = metered = elastic = 0.0
+    read_bytes = write_bytes = metered = elastic = elastic_reads = 0.0
     metadata_ops = 0
     missing = False
     for name, totals in operations.items():
@@ -88,6 +99,7 @@ def estimate_metering(operations: Mapping[str, OperationCounters]) -> MeteredEst
             payload = float(totals.bytes_received or 0)
             read_bytes += payload
             metered += max(payload, totals.ops * SMALL_REQUEST_BYTES) * READ_METERING_FACTOR
+            elastic_reads += max(payload, totals.ops * ELASTIC_DATA_MINIMUM_BYTES)
             elastic += max(payload, totals.ops * ELASTIC_DATA_MINIMUM_BYTES)
         elif name in WRITE_OPERATIONS:
             missing |= totals.bytes_sent is None
@@ -100,7 +112,7 @@ def estimate_metering(operations: Mapping[str, OperationCounters]) -> MeteredEst
             billed = max(float(totals.bytes_received or 0), totals.ops * SMALL_REQUEST_BYTES)
             metered += billed
             elastic += billed
-    return MeteredEstimate(read_bytes, write_bytes, metadata_ops, metered, elastic, missing)
+    return MeteredEstimate(read_bytes, write_bytes, metadata_ops, metered, elastic, missing, elastic_reads)
 
 
 @dataclass(frozen=True)
@@ -110,6 +122,12 @@ class VolumeOwner:
     pod: str  # namespace/name
     profile: str
     file_system_id: str
+    #: namespace/Kind/name of the pod's controller as the agent named it, else the pod itself (namespace/name).
+    workload: str = ""
+
+    @property
+    def namespace(self) -> str:
+        return self.pod.partition("/")[0]
 
 
 @dataclass(frozen=True)
@@ -139,7 +157,10 @@ class VolumeOwners:
         file_system = self.file_system_of(profile) if profile else None
         if not profile or not file_system:
             return None
-        return VolumeOwner(self.pod_of(volume.pod_uid) or volume.pod_uid, profile, file_system)
+        pod = self.pod_of(volume.pod_uid) or volume.pod_uid
+        namespace = pod.partition("/")[0] if "/" in pod else ""
+        workload = f"{namespace}/{volume.pod_owner}" if volume.pod_owner and namespace else pod
+        return VolumeOwner(pod, profile, file_system, workload)
 
 
 @dataclass(frozen=True)
@@ -152,6 +173,14 @@ class Consumer:
     profiles: tuple[str, ...]
     estimate: MeteredEstimate
     age_seconds: float | None
+    #: The workloads of its pods (namespace/Kind/name), for the cost per namespace and workload.
+    workloads: tuple[str, ...] = ()
+
+    @property
+    def elastic_monthly_usd(self) -> float | None:
+        """What these requests would be billed a month in Elastic mode, at their average rate since the mount."""
+        rate = _rate(self.estimate.elastic_cost(), self.age_seconds)
+        return rate * SECONDS_PER_MONTH if rate is not None else None
 
     @property
     def metered_bytes_per_second(self) -> float | None:
@@ -196,9 +225,15 @@ class ConsumerSummary:
     consumers: int
     newest_report: datetime | None = None
     notes: tuple[str, ...] = field(default=())
+    #: Every consumer's load per namespace (and workload), busiest first.
+    namespaces: tuple["NamespaceUsage", ...] = ()
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self, mode: ThroughputMode | None = None, provisioned_monthly_usd: float | None = None
+                ) -> dict[str, object]:
+        """The status's consumers, the namespaces priced at the file system's throughput ``mode``."""
         return {
+            "namespaces": price_namespaces(self, mode, provisioned_monthly_usd),
+            "cost_basis": cost_basis(mode),
             "estimated_metered_bytes_per_second": self.metered_bytes_per_second,
             "consumers": self.consumers,
             "by_profile": [
@@ -257,7 +292,88 @@ def summarize_consumers(
         consumers=len(consumers),
         newest_report=newest,
         notes=tuple(notes),
+        namespaces=namespace_usage(consumers),
     )
+
+
+@dataclass(frozen=True)
+class WorkloadUsage:
+    workload: str  # namespace/Kind/name, or namespace/pod for a bare pod
+    metered_bytes_per_second: float
+    elastic_monthly_usd: float
+
+
+@dataclass(frozen=True)
+class NamespaceUsage:
+    """One namespace's share of a file system: its metered rate, what Elastic would bill it, per workload."""
+
+    namespace: str
+    metered_bytes_per_second: float
+    elastic_monthly_usd: float
+    workloads: tuple[WorkloadUsage, ...]
+
+
+def namespace_usage(consumers: Iterable[Consumer]) -> tuple[NamespaceUsage, ...]:
+    """Every consumer's rates summed per namespace and workload; a superblock several workloads share is split
+    evenly among them, as by_profile splits it among profiles. Consumers with no rate (no mount age) count 0."""
+    by_workload: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for consumer in consumers:
+        if not consumer.workloads:
+            continue
+        share = 1 / len(consumer.workloads)
+        rate, monthly = consumer.metered_bytes_per_second or 0.0, consumer.elastic_monthly_usd or 0.0
+        for workload in consumer.workloads:
+            by_workload[workload].append((rate * share, monthly * share))
+    by_namespace: dict[str, list[WorkloadUsage]] = defaultdict(list)
+    for workload, parts in by_workload.items():
+        by_namespace[workload.partition("/")[0]].append(WorkloadUsage(
+            workload, math.fsum(rate for rate, _ in parts), math.fsum(cost for _, cost in parts)))
+    usages = [NamespaceUsage(namespace, math.fsum(w.metered_bytes_per_second for w in workloads),
+                             math.fsum(w.elastic_monthly_usd for w in workloads),
+                             tuple(sorted(workloads, key=lambda w: (-w.metered_bytes_per_second, w.workload))))
+              for namespace, workloads in by_namespace.items()]
+    return tuple(sorted(usages, key=lambda u: (-u.metered_bytes_per_second, u.namespace)))
+
+
+def price_namespaces(summary: ConsumerSummary, mode: ThroughputMode | None,
+                     provisioned_monthly_usd: float | None = None, prices: ThroughputPrices = PRICES) -> list[dict]:
+    """Each namespace's cost at the file system's throughput mode, in the status's (camelCase) form.
+
+    Elastic bills each namespace's requests (reads and writes at 32 KiB or more, metadata at 4 KiB); Provisioned
+    bills the provisioned throughput, split here by share of metered bytes; Bursting bills no throughput at all:
+    a namespace's share of metered bytes is its share of the credits drawn, and its cost is left out.
+    """
+    total = summary.metered_bytes_per_second
+    rows = []
+    for usage in summary.namespaces:
+        share = usage.metered_bytes_per_second / total if total > 0 else None
+
+        def cost(rate: float, elastic: float) -> float | None:
+            if mode is ThroughputMode.ELASTIC:
+                return round_cents(elastic)
+            if mode is ThroughputMode.PROVISIONED and provisioned_monthly_usd is not None and total > 0:
+                return round_cents(provisioned_monthly_usd * rate / total)
+            return None
+
+        rows.append({
+            "namespace": usage.namespace, "meteredBytesPerSecond": usage.metered_bytes_per_second, "share": share,
+            "monthlyCostUsd": cost(usage.metered_bytes_per_second, usage.elastic_monthly_usd),
+            "elasticMonthlyCostUsd": round_cents(usage.elastic_monthly_usd),
+            "workloads": [{"workload": w.workload, "meteredBytesPerSecond": w.metered_bytes_per_second,
+                           "monthlyCostUsd": cost(w.metered_bytes_per_second, w.elastic_monthly_usd)}
+                          for w in usage.workloads],
+        })
+    return rows
+
+
+def cost_basis(mode: ThroughputMode | None, prices: ThroughputPrices = PRICES) -> str:
+    """How price_namespaces priced its rows, for the status and the CLI."""
+    if mode is ThroughputMode.ELASTIC:
+        return f"Elastic: each namespace's requests as Elastic bills them, {prices.describe()}"
+    if mode is ThroughputMode.PROVISIONED:
+        return f"Provisioned: the provisioned throughput's bill split by share of metered bytes, {prices.describe()}"
+    return ("Bursting: no throughput is billed; each namespace's share of metered bytes is its share of the credits "
+            "drawn (elasticMonthlyCostUsd: what Elastic would bill it)")
 
 
 def _consumer(node: str, members: list[tuple[ReportedVolume, VolumeOwner]]) -> Consumer:
@@ -270,6 +386,7 @@ def _consumer(node: str, members: list[tuple[ReportedVolume, VolumeOwner]]) -> C
         profiles=tuple(sorted({owner.profile for _, owner in members})),
         estimate=estimate_metering(first.operations),
         age_seconds=max(ages) if ages else None,
+        workloads=tuple(sorted({owner.workload for _, owner in members})),
     )
 
 

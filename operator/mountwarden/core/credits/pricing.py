@@ -35,9 +35,9 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from mountwarden.core.credits.bucket import READ_METERING_FACTOR
+from mountwarden.core.credits.bucket import READ_METERING_FACTOR, CreditBucket, ThroughputMode
 from mountwarden.core.credits.metering import ELASTIC_DATA_MINIMUM_BYTES, RequestKind, metered_bytes
-from mountwarden.core.credits.series import EfsMetric, Sample
+from mountwarden.core.credits.series import CreditSeries, EfsMetric, Sample
 from mountwarden.core.credits.units import GIB, MIB, format_bytes
 
 #: Hours in an average month (365 x 24 / 12): what a monthly figure is scaled to.
@@ -169,6 +169,14 @@ def elastic_usage(samples: Mapping[EfsMetric, Sequence[Sample]], period_seconds:
         )
     finite = all(math.isfinite(v) for v in (usage.billed_bytes, usage.seconds, usage.metered_bytes or 0.0))
     return usage if finite and usage.billed_bytes >= 0 else None
+
+
+def throughput_bill(series: CreditSeries) -> tuple[ThroughputMode | None, float | None]:
+    """The file system's throughput mode, and its provisioned throughput's monthly bill in Provisioned mode."""
+    if series.throughput_mode is not ThroughputMode.PROVISIONED or not series.provisioned_bytes_per_second:
+        return series.throughput_mode, None
+    baseline = CreditBucket(series.size_gib).baseline_bytes_per_second if series.size_gib is not None else 0.0
+    return series.throughput_mode, provisioned_monthly_cost(series.provisioned_bytes_per_second / MIB, baseline)
 
 
 def provisioned_monthly_cost(

@@ -52,6 +52,8 @@ class ReportedMount:
     processes: ProcessSamples | None = None
     #: Whether the server answered the agent's probe (None: not probed).
     server_responding: bool | None = None
+    #: Kind/name of the pod's controller, when the agent named the pod.
+    pod_owner: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
