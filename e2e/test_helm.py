@@ -112,6 +112,7 @@ OPERATOR_MAY = [
     ("patch", "persistentvolumes"),
     ("watch", "persistentvolumeclaims", "--all-namespaces"),
     ("watch", "pods", "--all-namespaces"),
+    ("watch", "nodes"),
     ("create", "pods", "--subresource=eviction", "-n", "default"),
     ("list", "poddisruptionbudgets.policy", "--all-namespaces"),
     ("patch", "pods", "-n", NS),

@@ -102,6 +102,22 @@ def create_file_system(moto: MotoServer, token: str, **arguments) -> str:
     return boto(moto, "efs").create_file_system(CreationToken=token, **arguments)["FileSystemId"]
 
 
+def create_mount_targets(moto: MotoServer, file_system_id: str, addresses: dict[str, str]) -> dict[str, str]:
+    """A mount target in each zone (its suffix: "a") at the address given, each in a /24 subnet of its own, all
+    in one /16 VPC: zone -> mount target ID."""
+    ec2, efs = boto(moto, "ec2"), boto(moto, "efs")
+    first = next(iter(addresses.values())).split(".")
+    vpc = ec2.create_vpc(CidrBlock=f"{first[0]}.{first[1]}.0.0/16")["Vpc"]["VpcId"]
+    targets = {}
+    for suffix, address in addresses.items():
+        zone = f"{moto.region}{suffix}"
+        subnet = ec2.create_subnet(VpcId=vpc, CidrBlock=address.rsplit(".", 1)[0] + ".0/24",
+                                   AvailabilityZone=zone)["Subnet"]["SubnetId"]
+        targets[zone] = efs.create_mount_target(FileSystemId=file_system_id, SubnetId=subnet,
+                                                IpAddress=address)["MountTargetId"]
+    return targets
+
+
 def seed(moto: MotoServer, now: datetime) -> dict[str, str]:
     """Three 20 GiB Bursting file systems: one draining, one in the trap, one healthy."""
     cloudwatch = boto(moto, "cloudwatch")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from tests.credit_scenarios import HOUR, nightly_drain
-from tests.integration.moto_server import aligned_now, seed, seed_scenario
+from tests.integration.moto_server import aligned_now, create_mount_targets, seed, seed_scenario
 from tests.integration.test_compliance import pod_with, report_once, volume_for
 from tests.procroot import Mount, assemble_proc_root
 from tests.support import profile_body, wait_for
@@ -176,3 +176,52 @@ def test_the_incidents_flags_under_a_caching_preset_warn_at_admission_on_burstin
     stderr = warned(False)
     assert expected in stderr and "every write() wait for the server (nfs(5))" in stderr
     assert "use cachePolicy staging for data several clients change" in stderr
+
+
+def label_zone(kube, node, zone):
+    kube.core.patch_node(node, {"metadata": {"labels": {"topology.kubernetes.io/zone": zone}}})
+
+
+def test_a_volume_on_another_zones_mount_target_is_a_cross_az_mount(
+        cluster, kube, operator, moto_server, namespace, unique, tmp_path, request):
+    """The real agent reports a mount whose addr= (2.2.2.2: /B of the telegraf sample, 9,797 READs that received
+    2,000 bytes in 19 s) is the file system's mount target in zone a (DescribeMountTargets against moto); the
+    pod's node is labelled zone b."""
+    file_system = seed_scenario(moto_server, nightly_drain(job_ends_before_end=6 * HOUR), aligned_now())
+    targets = create_mount_targets(moto_server, file_system, {"a": "2.2.2.2", "b": "2.2.3.17"})
+    zone_a, zone_b = f"{moto_server.region}a", f"{moto_server.region}b"
+    name = f"zones-{unique}"
+    kube.apply_profile(profile_body(name, "cached", backend={"provisioner": "efs.csi.aws.com", "parameters": {
+        "provisioningMode": "efs-ap", "fileSystemId": file_system}}))
+    wait_for(lambda: kube.classes_of(name), what="the class")
+    node = cluster.node_names[1]
+    label_zone(kube, node, zone_b)
+    request.addfinalizer(lambda: label_zone(kube, node, None))
+    pv = f"pv-far-{unique}"
+    volume_for(kube, namespace, pv, f"{name}-v1")
+    uid = pod_with(kube, namespace, node, "far", pv)
+    assembled = assemble_proc_root(tmp_path / "proc", [Mount(pv, pod_uid=uid, sample_mount="/B")])
+    report_once(cluster, node, assembled.path)
+
+    crossing = wait_for(lambda: ((credits_of(kube, name) or {}).get("crossAzMounts") or {}).get("volumes"),
+                        timeout=120, what="status.credits.crossAzMounts")
+    [far] = crossing
+    assert (far["pod"], far["node"], far["nodeZone"], far["volume"]) == (f"{namespace}/far", node, zone_b, pv)
+    assert (far["mountTargetId"], far["mountTargetZone"], far["address"]) == (targets[zone_a], zone_a, "2.2.2.2")
+    assert far["localMountTargetId"] == targets[zone_b]
+    assert far["bytesPerSecond"] == pytest.approx(2000 / 19) and far["monthlyCostUsd"] == 0  # cents: a lower bound
+    event = wait_for(lambda: [e for e in kube.core.list_namespaced_event(namespace).items
+                              if e.reason == "CrossAZMount" and e.involved_object.name == "far"],
+                     timeout=60, what="the CrossAZMount Event on the pod")
+    assert f"zone {zone_b}" in event[0].message and targets[zone_a] in event[0].message
+    body = urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=10).read().decode()
+    assert (f'mountwarden_cross_az_bytes_per_second{{file_system_id="{file_system}",namespace="{namespace}",'
+            f'pod="far",volume="{pv}"}}') in body
+
+    # The pod moves to zone a (here: its node is relabelled): nothing crosses any more, and the series goes.
+    label_zone(kube, node, zone_a)
+    judged = wait_for(lambda: (c := (credits_of(kube, name) or {}).get("crossAzMounts")) and not c.get("volumes")
+                      and c, timeout=120, what="no cross-zone volume once the node is in zone a")
+    assert judged["judged"] >= 1
+    body = urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=10).read().decode()
+    assert f'mountwarden_cross_az_bytes_per_second{{file_system_id="{file_system}"' not in body

@@ -112,6 +112,9 @@ def test_effective_options_come_from_mountstats_with_kernel_defaults(node):
     assert {"vers=3", "rsize=32768", "nolock", "local_lock=all", "acregmin=60", "acdirmax=60"} <= options
     # Never printed by the kernel at their defaults, filled in.
     assert {"lookupcache=all", "cto", "nconnect=1"} <= options
+    # mountstats' opts never show the server's address; mountinfo's super options do.
+    assert not any(option.startswith("addr=") for option in options)
+    assert volume.server_address == "1.2.3.4"
 
 
 def test_without_mountstats_the_super_options_are_used_with_defaults_filled_in(node):

@@ -6,7 +6,11 @@ tests/kernel/test_userspace_client.py.
 
 import os
 import socket
+import subprocess
+import sys
 
+from mountwarden.adapters.procreader import ProcRoot
+from mountwarden.agent.userspace import scan_nfs_sockets
 from mountwarden.core.node.userspace import SocketOwner, UserspaceClient, is_nfs_endpoint, userspace_clients
 from mountwarden.core.procfs.tcp import TcpSocket, parse_tcp
 
@@ -59,3 +63,33 @@ def test_who_is_a_userspace_client():
 def test_the_kernels_own_transports_hold_no_inode_and_a_listener_is_no_connection():
     assert not is_nfs_endpoint(sock("10.0.9.9", 2049, 0, state="LISTEN"))
     assert userspace_clients([sock("10.0.9.9", 2049, 0)], {0: SocketOwner(1, "x", "pod")}) == []
+
+
+# A stand-in for efs-utils' tunnel, as the real /proc shows it: a process named efs-proxy that listens on a
+# loopback port (the mount's port=) and holds the connection to the "mount target" on port 2049.
+TUNNEL = """
+import ctypes, socket, sys
+ctypes.CDLL(None).prctl(15, b"efs-proxy", 0, 0, 0)  # PR_SET_NAME: /proc/<pid>/comm
+listener = socket.create_server(("127.0.0.1", 0))
+upstream = socket.create_connection(("127.0.0.2", 2049))
+print(listener.getsockname()[1], flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_tunnels_port_and_its_server_are_read_from_the_real_proc():
+    with socket.create_server(("127.0.0.2", 2049)) as target:
+        tunnel = subprocess.Popen([sys.executable, "-c", TUNNEL], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  text=True)
+        try:
+            port = int(tunnel.stdout.readline())
+            accepted, _ = target.accept()
+            found = scan_nfs_sockets(ProcRoot("/proc"))
+            accepted.close()
+        finally:
+            tunnel.stdin.close()
+            tunnel.wait(timeout=30)
+    assert [(t.local_port, t.remote_address, t.pid, t.command) for t in found.tunnels] == [
+        (port, "127.0.0.2", tunnel.pid, "efs-proxy")]
+    # The tunnel carries the kernel's traffic: it is no userspace client, and neither is this test's server.
+    assert not [client for client in found.clients if client.pid == tunnel.pid]

@@ -43,6 +43,7 @@ from mountwarden.core.credits import (
     make_samples,
     problems,
 )
+from mountwarden.core.credits.series import MountTarget
 
 #: CloudWatch's limits for one GetMetricData request: queries, and datapoints in one answer.
 MAX_QUERIES_PER_CALL = 500
@@ -316,7 +317,10 @@ def fetch_credit_series(
         found = samples[fs.file_system_id]
         storage = found.pop(EfsMetric.STORAGE_BYTES, ())
         size = fs.size_bytes or (storage[-1].value if storage and storage[-1].value > 0 else None)
+        targets, targets_problem = describe_mount_targets(clients, fs.file_system_id)
         outcome[fs.file_system_id] = CreditSeries(
+            mount_targets=targets,
+            mount_targets_problem=targets_problem,
             file_system_id=fs.file_system_id,
             throughput_mode=fs.throughput_mode,
             size_bytes=size,
@@ -327,6 +331,18 @@ def fetch_credit_series(
             performance_mode=fs.performance_mode,
         )
     return {fs_id: outcome[fs_id] for fs_id in dict.fromkeys(file_system_ids)}
+
+
+def describe_mount_targets(clients: AwsClients, file_system_id: str) -> tuple[tuple[MountTarget, ...] | None, str | None]:
+    """A file system's mount targets, or None and why (the credit watch goes on without them)."""
+    try:
+        pages = clients.efs.get_paginator("describe_mount_targets").paginate(FileSystemId=file_system_id)
+        found = [target for page in pages for target in page.get("MountTargets", ())]
+    except (ClientError, BotoCoreError) as error:
+        return None, _problem(error, file_system_id, "DescribeMountTargets", clients).message
+    return tuple(MountTarget(t["MountTargetId"], t.get("IpAddress", ""), t.get("AvailabilityZoneName", ""),
+                             t.get("AvailabilityZoneId", ""))
+                 for t in found if t.get("LifeCycleState", "available") == "available"), None
 
 
 def _get_metric_data(

@@ -17,6 +17,7 @@ from mountwarden import __version__
 from mountwarden.adapters.procreader import ProcRoot
 from mountwarden.agent.activity import ActivityTracker, VolumeActivity, volume_key
 from mountwarden.agent.probe import ServerProbe
+from mountwarden.agent.userspace import NfsSockets
 from mountwarden.api.nodemountreport import (
     MountActivity,
     MountedVolume,
@@ -25,7 +26,6 @@ from mountwarden.api.nodemountreport import (
     OptionsSource,
     ProcessStates,
     SqliteDatabase,
-    UserspaceNfsClient,
     VolumePlugin,
 )
 from mountwarden.core.node.kubelet import normalize_root
@@ -50,7 +50,8 @@ PodDescriber = Callable[[str, str], dict[str, str | None]]
 #: SQLite databases in use on them. The agent runs without one until it is plugged in.
 SqliteScanner = Callable[[ProcRoot, Sequence[ScannedMount]], Sequence[SqliteDatabase]]
 #: The seam for the scan of pods' processes that talk NFS themselves (it reads other processes too).
-UserspaceScanner = Callable[[ProcRoot], Sequence[UserspaceNfsClient]]
+#: Reads the NFS sockets processes hold themselves: userspace clients and TLS tunnels (agent.userspace).
+UserspaceScanner = Callable[[ProcRoot], NfsSockets]
 
 
 class ScanError(RuntimeError):
@@ -151,6 +152,7 @@ def mounted_volume(volume: NodeVolume, server_responding: bool | None = None,
         fstype=volume.fstype,
         source=volume.source,
         server=volume.server,
+        server_address=volume.server_address,
         export=volume.export,
         superblock=volume.superblock,
         effective_options=list(volume.effective_options),
@@ -227,8 +229,9 @@ def scan_node_report(
                         probe.timeout)
     recent = tracker.observe(scan, rounds=process_rounds) if tracker is not None else {}
     sqlite = list(sqlite_scan(proc, scan.network_mounts)) if sqlite_scan is not None else []
+    sockets = userspace_scan(proc) if userspace_scan is not None else None
     userspace = [client.model_copy(update=_pod_names(describe_pod(client.pod_uid, "")) if describe_pod else {})
-                 for client in (userspace_scan(proc) if userspace_scan is not None else ())]
+                 for client in (sockets.clients if sockets is not None else ())]
     for volume in scan.volumes:
         for note in volume.notes:
             log.debug("%s: %s", volume.mount_point, note)
@@ -244,6 +247,7 @@ def scan_node_report(
                  for volume in scan.volumes],
         sqlite=sqlite,
         userspace_clients=userspace,
+        tls_tunnels=sockets.tunnels if sockets is not None else [],
         skipped_lines=scan.skipped_lines,
     )
     return ScanResult(spec=_within_size(spec), scan=scan, duration_seconds=time.perf_counter() - started,

@@ -94,6 +94,8 @@ class MountedVolume(ApiModel):
     fstype: str = Field(description="Filesystem type, e.g. nfs4.")
     source: str = Field(description="The mount source: server:/export (EFS over TLS shows 127.0.0.1:/).")
     server: str | None = Field(default=None, description="The server part of the source.")
+    server_address: str | None = Field(default=None, max_length=64, description="The address the kernel talks "
+                                       "to (mountinfo's addr=); 127.0.0.1 for EFS over TLS (its tunnel).")
     export: str | None = Field(default=None, description="The export path part of the source.")
     superblock: str = Field(description="The superblock as MAJ:MIN: mounts with the same one share their options.")
     effective_options: list[str] = Field(description="Canonical options in effect, kernel defaults included.")
@@ -150,6 +152,7 @@ class MountedVolume(ApiModel):
                                      self.processes.processes) if self.processes else None,
             server_responding=self.server_responding,
             pod_owner=self.pod_owner,
+            server_address=self.server_address,
         )
     age_seconds: int | None = Field(
         default=None,
@@ -209,6 +212,16 @@ class UserspaceNfsClient(ApiModel):
         return UserspaceClient(self.pid, self.command, self.pod_uid, self.container_id, self.remote, pod)
 
 
+class TlsTunnelReport(ApiModel):
+    """An EFS TLS tunnel on the node (efs-utils' stunnel or efs-proxy) and the mount target it is connected to."""
+
+    local_port: int = Field(ge=1, le=65535, description="The loopback port it listens on: the port= of its mounts.")
+    remote_address: str = Field(max_length=64, description="The address it is connected to on port 2049: the mount "
+                                                           "target its mounts' bytes really go to.")
+    pid: int = Field(description="The tunnel process.")
+    command: str = Field(max_length=64, description="Its command (/proc/<pid>/comm).")
+
+
 class NodeMountReportSpec(ApiModel):
     node_name: str = Field(description="The node this report describes (the object has the same name).")
     scan_time: datetime = Field(description="When the agent last scanned the node.")
@@ -221,6 +234,9 @@ class NodeMountReportSpec(ApiModel):
     userspace_clients: list[UserspaceNfsClient] = Field(
         default_factory=list, description="Pods' processes that talk NFS with no kernel mount (read with the "
         "SQLite scan: both read other processes' descriptors).")
+    tls_tunnels: list[TlsTunnelReport] = Field(
+        default_factory=list, description="EFS TLS tunnels and the mount target each is connected to (read with "
+        "the SQLite scan, as userspaceClients): where a TLS mount's bytes go, for the CrossAZMount check.")
     skipped_lines: int = Field(default=0, ge=0, description="Unreadable /proc lines skipped during the scan.")
 
     def to_report(self, name: str) -> NodeReport:
@@ -229,7 +245,8 @@ class NodeMountReportSpec(ApiModel):
                           mounts=tuple(volume.to_reported() for volume in self.volumes),
                           sqlite=tuple(database.to_use() for database in self.sqlite),
                           userspace_clients=tuple(client.to_client() for client in self.userspace_clients),
-                          kernel_release=self.kernel_release)
+                          kernel_release=self.kernel_release,
+                          tunnel_peers={tunnel.local_port: tunnel.remote_address for tunnel in self.tls_tunnels})
 
 
 class UnreadableReport(ValueError):

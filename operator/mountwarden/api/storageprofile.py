@@ -314,6 +314,34 @@ class NamespaceCost(ApiModel):
     workloads: list[WorkloadCost] = Field(default_factory=list, description="Per workload, busiest first.")
 
 
+class CrossAzVolume(ApiModel):
+    """A pod volume whose EFS mount target is in another availability zone than its node (CrossAZMount)."""
+
+    pod: str = Field(description="namespace/name of the pod.")
+    node: str = Field(description="Its node.")
+    node_zone: str = Field(description="The node's topology.kubernetes.io/zone.")
+    volume: str = Field(description="The PersistentVolume.")
+    profile: str = Field(description="The StorageProfile of its class.")
+    mount_target_id: str = Field(description="The mount target it talks to (DescribeMountTargets).")
+    mount_target_zone: str = Field(description="That mount target's zone.")
+    address: str = Field(description="The mount target's address: addr= of the mount, or its TLS tunnel's peer.")
+    local_mount_target_id: str | None = Field(default=None, description="The file system's mount target in the "
+                                                                        "node's zone, if it has one.")
+    bytes_per_second: float | None = Field(default=None, description="READ and WRITE payload a second since it was "
+                                                                     "mounted (the node report's counters).")
+    monthly_cost_usd: float | None = Field(default=None, description="Cross-zone transfer of those bytes a month "
+                                                                     "at $0.01/GB (a lower bound).")
+
+
+class CrossAzMounts(ApiModel):
+    """The zone check of every pod volume on the file system (every profile watching it)."""
+
+    judged: int = Field(description="Volumes whose mount target and node zone are both known.")
+    volumes: list[CrossAzVolume] = Field(default_factory=list, description="Those that cross zones, busiest first.")
+    monthly_cost_usd: float | None = Field(default=None, description="Their cross-zone transfer a month, together.")
+    notes: list[str] = Field(default_factory=list, description="Why some volumes were not judged.")
+
+
 class CreditConsumers(ApiModel):
     """Who drains the file system, from the node reports (every profile watching the same file system)."""
 
@@ -361,6 +389,8 @@ class CreditsStatus(ApiModel):
     elastic_estimate: ElasticEstimate | None = Field(default=None, description="What the load would cost in "
                                                                                "Elastic mode.")
     recommendation: ThroughputRecommendation | None = Field(default=None, description="Throughput mode to use.")
+    cross_az_mounts: CrossAzMounts | None = Field(default=None, description="Pod volumes talking to a mount "
+                                                  "target in another zone than their node (CrossAZMount).")
     consumers: CreditConsumers | None = Field(default=None, description="Who drains the file system (node "
                                                                         "reports).")
     message: str = Field(default="", description="The forecast in one line, or what stops it.")

@@ -151,7 +151,7 @@ def agent_command(
     from mountwarden.agent.pods import NodePods
     from mountwarden.agent.report import RefusedWrite, ReportWriter
     from mountwarden.agent.sqlitescan import report_findings
-    from mountwarden.agent.userspace import scan_userspace_clients
+    from mountwarden.agent.userspace import scan_nfs_sockets
 
     # force: this command owns the process's logging (and a test runner may have configured it before).
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, force=True,
@@ -181,7 +181,7 @@ def agent_command(
         sink = ReportWriter(client, node_name, heartbeat_seconds=heartbeat,
                             host_boot_id=host_boot_id(ProcRoot(proc_root)))
     agent = Agent(settings, sink, sqlite_scan=report_findings if sqlite_scan else None,
-                  userspace_scan=scan_userspace_clients if sqlite_scan else None)
+                  userspace_scan=scan_nfs_sockets if sqlite_scan else None)
     if client is not None and name_pods:
         agent.pods = NodePods(client, node_name, on_change=agent.pod_changed)
     try:

@@ -60,6 +60,8 @@ class Reason(StrEnum):
     CREDITS_DRAINING = "CreditsDraining"
     CREDITS_EMPTY = "CreditsEmpty"
     CREDITS_TRAP = "CreditsTrap"
+    # Where a volume's bytes go: a mount target of another zone than the node's.
+    CROSS_AZ_MOUNT = "CrossAZMount"
     # What admission tells whoever creates a PVC or changes a StorageProfile (docs/runbook.md, "Admission warnings").
     SUPERSEDED_CLASS = "SupersededClass"
     PROFILE_MISMATCH = "ProfileMismatch"

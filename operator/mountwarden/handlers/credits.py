@@ -36,10 +36,12 @@ from mountwarden.core.credits import (
 )
 from mountwarden.core.credits.consumers import (
     ConsumerSummary,
+    ReportedVolume,
     VolumeOwners,
     reported_volumes,
     summarize_consumers,
 )
+from mountwarden.core.credits.crossaz import CrossAzCheck, cross_az_mounts
 from mountwarden.core.credits.pricing import throughput_bill
 from mountwarden.core.node.report import of_own_pods
 from mountwarden.core.policyreport import credit_findings
@@ -137,11 +139,13 @@ class CreditFetcher:
 
 
 def _credits_status(target: CreditWatchTarget, result: CreditSeries | CreditWatchProblem, now: datetime,
-                    consumers: ConsumerSummary | None) -> tuple[dict, dict]:
+                    consumers: ConsumerSummary | None, cross_az: CrossAzCheck | None = None) -> tuple[dict, dict]:
     """The status.credits object (its wire form) and the CreditsDraining condition for one result."""
     checked_at = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     mode, provisioned = (None, None) if isinstance(result, CreditWatchProblem) else throughput_bill(result)
     found = {"consumers": consumers.to_json(mode, provisioned)} if consumers and consumers.consumers else {}
+    if cross_az is not None and (cross_az.judged or cross_az.notes):
+        found["cross_az_mounts"] = cross_az.to_json()
     if isinstance(result, CreditWatchProblem):
         status = CreditsStatus.model_validate({"file_system_id": target.file_system_id,
                                                "state": CreditState.UNKNOWN.value, "message": result.message,
@@ -160,6 +164,26 @@ def consumers_on(file_system_id: str, targets: Iterable[CreditWatchTarget], repo
                  pods: PodPlacements, claims_by_volume: kopf.Index, classes_by_name: kopf.Index,
                  ) -> ConsumerSummary:
     """The pod volumes of every profile watching ``file_system_id``, from the node reports, busiest first."""
+    volumes, owners = watched_volumes(targets, reports_by_node, pods, claims_by_volume, classes_by_name)
+    return summarize_consumers(volumes, owners, file_system_id)
+
+
+def cross_az_on(file_system_id: str, result: CreditSeries | CreditWatchProblem, node_zones: kopf.Index,
+                volumes: list[ReportedVolume], owners: VolumeOwners) -> CrossAzCheck | None:
+    """The zone check of the file system's pod volumes (a note alone when its mount targets are unknown)."""
+    if isinstance(result, CreditWatchProblem):
+        return None
+    if result.mount_targets is None:
+        return CrossAzCheck((), 0, (f"no zone check: the mount targets could not be read "
+                                    f"({result.mount_targets_problem or 'unknown'})",))
+    zones = {node: zone for node, store in node_zones.items() for zone in store}
+    return cross_az_mounts(volumes, owners, file_system_id, result.mount_targets, zones)
+
+
+def watched_volumes(targets: Iterable[CreditWatchTarget], reports_by_node: kopf.Index, pods: PodPlacements,
+                    claims_by_volume: kopf.Index, classes_by_name: kopf.Index,
+                    ) -> tuple[list[ReportedVolume], VolumeOwners]:
+    """Every pod volume of the node reports, and who owns each (pod, class, profile, watched file system)."""
     file_systems = {t.profile: t.file_system_id for t in targets if t.profile}
 
     def pod_of(uid: str) -> str | None:
@@ -178,7 +202,7 @@ def consumers_on(file_system_id: str, targets: Iterable[CreditWatchTarget], repo
     # A report is believed only about its own node's pods (core.nodereport.of_own_pods).
     volumes = [volume for store in reports_by_node.values() for report in store
                for volume in reported_volumes(of_own_pods(report, pods.node_of)[0])]
-    return summarize_consumers(volumes, owners, file_system_id)
+    return volumes, owners
 
 
 def _replacing(old: dict, new: dict) -> dict:
@@ -199,7 +223,7 @@ def _first(index: kopf.Index, key):
 @retry_transient
 def watch_credits(name: str, body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta,
                   patch: kopf.Patch, memo: OperatorContext, credit_watch_targets: kopf.Index, reports_by_node: kopf.Index,
-                  claims_by_volume: kopf.Index, classes_by_name: kopf.Index, **_) -> None:
+                  claims_by_volume: kopf.Index, classes_by_name: kopf.Index, node_zones: kopf.Index, **_) -> None:
     target = watched_file_system(dict(spec))
     if target is None:
         return
@@ -207,9 +231,11 @@ def watch_credits(name: str, body: kopf.Body, spec: kopf.Spec, status: kopf.Stat
     now = datetime.now(UTC)
     targets = [t for store in credit_watch_targets.values() for t in store]
     result = memo.credit_fetcher.result(target, targets or [target], now)
-    consumers = consumers_on(target.file_system_id, [*targets, target], reports_by_node, memo.pods,
-                             claims_by_volume, classes_by_name)
-    credits, condition = _credits_status(target, result, now, consumers)
+    volumes, owners = watched_volumes([*targets, target], reports_by_node, memo.pods, claims_by_volume,
+                                      classes_by_name)
+    consumers = summarize_consumers(volumes, owners, target.file_system_id)
+    cross_az = cross_az_on(target.file_system_id, result, node_zones, volumes, owners)
+    credits, condition = _credits_status(target, result, now, consumers, cross_az)
     previous = dict(status.get("credits") or {})
     previous_state = previous.get("state")
     patch.status["credits"] = _replacing(previous, credits)
@@ -225,6 +251,12 @@ def watch_credits(name: str, body: kopf.Body, spec: kopf.Spec, status: kopf.Stat
     metrics.record_consumers(target.file_system_id, consumers)
     metrics.record_namespace_costs(target.file_system_id, (credits.get("consumers") or {}).get("namespaces") or [])
     findings.publish(memo, name, findings.CREDITS, found)
+    # Each profile's timer speaks of its own volumes; the file system's other profiles speak of theirs.
+    crossing = [mount.finding() for mount in (cross_az.mounts if cross_az else ()) if mount.profile == name]
+    for finding in crossing:
+        findings.post_once(memo.posted_findings, finding)
+    findings.publish(memo, name, findings.CROSS_AZ, crossing)
+    metrics.record_cross_az(target.file_system_id, cross_az)
 
 
 def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:

@@ -17,7 +17,7 @@ from mountwarden.handlers.context import OperatorContext
 from mountwarden.handlers.posted import PostedFindings
 
 #: What found them: each source's findings of a profile replace that source's earlier ones.
-COMPLIANCE, CREDITS = "compliance", "credits"
+COMPLIANCE, CREDITS, CROSS_AZ = "compliance", "credits", "cross-az"
 log = logging.getLogger(__name__)
 
 #: The Event reason of each finding's reason, where they differ: every option drift is MountPolicyDrift.

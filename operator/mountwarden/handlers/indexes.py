@@ -33,6 +33,7 @@ keeps an object's previous entries when its index function returns None.
 | pods_by_claim (*) | (namespace, claim) -> PodPlacement of each pod mounting it | reports (compliance) |
 | namespace_labels | namespace -> its labels | admission |
 | reports_by_node | node -> its NodeReport | reports, credits |
+| node_zones | node -> its topology.kubernetes.io/zone label | credits (CrossAZMount) |
 """
 
 import asyncio
@@ -52,6 +53,7 @@ from mountwarden.api.storageprofile import PLURAL as PROFILES
 from mountwarden.api.storageprofile import ProfileStatus, StorageProfileSpec
 from mountwarden.core.admission import ProfileEntry, consumer_keys
 from mountwarden.core.compliance import Contract
+from mountwarden.core.credits.crossaz import ZONE_LABEL
 from mountwarden.core.policy import ResolvedPolicy, backend_kind
 from mountwarden.core.storageclass import PROFILE_LABEL, ClassEntry
 from mountwarden.handlers.config import OperatorConfig, WebhookMode
@@ -214,11 +216,16 @@ def stop_following_cluster(memo: OperatorContext, **_) -> None:
     memo.watches.stop()
 
 
-# -- namespaces, node reports --------------------------------------------------------------------
+# -- namespaces, nodes, node reports --------------------------------------------------------------------
 
 
 def namespace_labels(name: str, labels: kopf.Labels, **_) -> dict:
     return {name: dict(labels)}
+
+
+def node_zones(name: str, labels: kopf.Labels, **_) -> dict:
+    zone = labels.get(ZONE_LABEL)
+    return {name: zone} if zone else {}
 
 
 async def reports_by_node(name: str, spec: kopf.Spec, **_) -> dict:
@@ -238,6 +245,7 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     kopf.on.startup(registry=registry)(follow_cluster)
     kopf.on.cleanup(registry=registry)(stop_following_cluster)
     kopf.index(GROUP, VERSION, REPORTS, registry=registry)(reports_by_node)
+    kopf.index("v1", "nodes", registry=registry)(node_zones)
     if config.webhook_mode != WebhookMode.OFF:
         kopf.index(*PROFILE, registry=registry)(profiles_by_name)
         kopf.index(*PROFILE, registry=registry)(profiles_by_consumer)

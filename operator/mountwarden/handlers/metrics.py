@@ -13,6 +13,7 @@ from prometheus_client import Counter, Gauge, start_http_server
 
 from mountwarden.core.credits import CreditState
 from mountwarden.core.credits.consumers import ConsumerSummary
+from mountwarden.core.credits.crossaz import CrossAzCheck
 from mountwarden.core.findings import Finding
 
 _CREDIT_LABELS = ("profile", "file_system_id")
@@ -93,6 +94,28 @@ def record_consumers(file_system_id: str, summary: ConsumerSummary) -> None:
     with _consumers_lock:
         _replace_series(CONSUMER_METERED, _consumer_series, file_system_id, consumers)
         _replace_series(PROFILE_METERED, _profile_series, file_system_id, profiles)
+
+
+CROSS_AZ_BYTES = Gauge("mountwarden_cross_az_bytes_per_second",
+                       "READ and WRITE payload a second of a pod volume whose EFS mount target is in another zone "
+                       "than its node (CrossAZMount)", ("file_system_id", "namespace", "pod", "volume"))
+CROSS_AZ_COST = Gauge("mountwarden_cross_az_monthly_cost_usd",
+                      "Cross-zone transfer a month of a file system's pod volumes that talk to another zone's mount "
+                      "target, at $0.01/GB (a lower bound)", ("file_system_id",))
+_cross_az_series: dict[str, set[tuple[str, ...]]] = {}
+_cross_az_cost_series: dict[str, set[tuple[str, ...]]] = {}
+
+
+def record_cross_az(file_system_id: str, check: CrossAzCheck | None) -> None:
+    """Set a file system's cross-zone gauges from its latest check (None: mount targets unknown, nothing set)."""
+    mounts = check.mounts if check is not None else ()
+    rates = {(file_system_id, *mount.pod.split("/", 1), mount.volume): mount.bytes_per_second
+             for mount in mounts if mount.bytes_per_second is not None}
+    total = check.to_json().get("monthlyCostUsd") if check is not None else None
+    with _consumers_lock:
+        _replace_series(CROSS_AZ_BYTES, _cross_az_series, file_system_id, rates)
+        _replace_series(CROSS_AZ_COST, _cross_az_cost_series, file_system_id,
+                        {(file_system_id,): total} if total is not None else {})
 
 
 _namespace_series: dict[str, set[tuple[str, ...]]] = {}

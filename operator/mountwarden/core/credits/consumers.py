@@ -26,6 +26,7 @@ superblock), so they are counted once, as one consumer that names every pod.
 :func:`reported_volumes` takes them from the one reader of NodeMountReports (core/node/report.py).
 """
 
+import ipaddress
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
@@ -58,12 +59,39 @@ class ReportedVolume:
     scan_time: datetime | None = None
     #: Kind/name of the pod's controller, when the agent named it.
     pod_owner: str | None = None
+    #: The address the kernel talks to (addr=); a loopback one is a local TLS tunnel.
+    address: str | None = None
+    #: Through a tunnel: the address the tunnel is connected to, when the agent could read it.
+    tunnel_peer: str | None = None
+
+    @property
+    def through_tunnel(self) -> bool:
+        return self.address is not None and _is_loopback(self.address)
+
+    @property
+    def mount_target_address(self) -> str | None:
+        """The server address the volume's bytes really go to; None when a tunnel hides it."""
+        return self.tunnel_peer if self.through_tunnel else self.address
+
+
+def _is_loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return address == "localhost"
 
 
 def reported_volumes(report: NodeReport) -> list[ReportedVolume]:
-    """The pod volumes of one node's report, with what metering needs."""
-    return [ReportedVolume(report.node, mount.pod_uid, mount.volume_name, mount.superblock, mount.age_seconds,
-                           mount.operations, report.scan_time, mount.pod_owner) for mount in report.mounts]
+    """The pod volumes of one node's report, with what metering and the zone check need."""
+    volumes = []
+    for mount in report.mounts:
+        options = dict(option.partition("=")[::2] for option in mount.effective_options)
+        port = options.get("port", "")
+        peer = report.tunnel_peers.get(int(port)) if port.isdigit() else None
+        volumes.append(ReportedVolume(report.node, mount.pod_uid, mount.volume_name, mount.superblock,
+                                      mount.age_seconds, mount.operations, report.scan_time, mount.pod_owner,
+                                      mount.server_address or options.get("addr") or None, peer))
+    return volumes
 
 
 @dataclass(frozen=True)

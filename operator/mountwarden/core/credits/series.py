@@ -116,6 +116,16 @@ class Sample(NamedTuple):
 
 
 @dataclass(frozen=True)
+class MountTarget:
+    """One of a file system's mount targets (DescribeMountTargets): the address clients talk to, in one zone."""
+
+    mount_target_id: str
+    ip_address: str
+    zone: str  # AvailabilityZoneName, as the nodes' topology.kubernetes.io/zone label names it
+    zone_id: str = ""
+
+
+@dataclass(frozen=True)
 class CreditSeries:
     """What is known of one file system over a window: its facts and its metric samples."""
 
@@ -130,6 +140,9 @@ class CreditSeries:
     region: str | None = None
     #: DescribeFileSystems' PerformanceMode: generalPurpose or maxIO; None when unknown.
     performance_mode: str | None = None
+    #: Its mount targets; None when they could not be read (mount_targets_problem says why).
+    mount_targets: tuple[MountTarget, ...] | None = None
+    mount_targets_problem: str | None = None
 
     @property
     def size_gib(self) -> float | None:

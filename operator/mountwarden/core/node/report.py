@@ -54,6 +54,8 @@ class ReportedMount:
     server_responding: bool | None = None
     #: Kind/name of the pod's controller, when the agent named the pod.
     pod_owner: str | None = None
+    #: The address the kernel talks to (mountinfo's addr=); loopback for a TLS tunnel.
+    server_address: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +85,9 @@ class NodeReport:
     userspace_clients: tuple[UserspaceClient, ...] = ()
     #: The node's kernel release (what its NFS client can do: nconnect since 5.3); None from older agents.
     kernel_release: str | None = None
+    #: EFS TLS tunnels on the node: local port (the mount's port=) -> the mount target address the tunnel is
+    #: connected to on port 2049; only those the agent could read (its process scan on).
+    tunnel_peers: Mapping[int, str] = field(default_factory=dict)
     _by_pod_volume: dict[tuple[str | None, str], ReportedMount] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -180,6 +180,8 @@ class NodeVolume:
     age_seconds: int | None = None
     #: What a reader should know that the fields cannot say (a TLS tunnel, a wrapped counter left out).
     notes: tuple[str, ...] = ()
+    #: The address the kernel talks to: mountinfo's addr= (mountstats' opts line never shows it).
+    server_address: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -400,6 +402,7 @@ def _volume(
         operations=operations,
         notes=tuple(_tunnel_note(mount) + counter_notes),
         age_seconds=mount.stats.age_seconds if mount.stats is not None else None,
+        server_address=str(_observed(mount.entry.super_option_tokens).get("addr") or "") or None,
     )
 
 

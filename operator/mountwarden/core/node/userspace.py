@@ -11,8 +11,12 @@ EFS mounted over TLS: mount.efs points the kernel at a local tunnel (stunnel or 
 ports 20049 to 21049 by default (amazon-efs-utils, efs-utils.conf port_range_lower_bound and
 port_range_upper_bound); the tunnel process holds the connection to port 2049 on the kernel's behalf and
 is not a client. A pod's process connected to the tunnel's port is a userspace client through it.
+
+The tunnel's own sockets say where a TLS mount's bytes really go (``tls_tunnels``): the process that
+listens on the mount's local port (its ``port=``) holds the connection to the mount target on 2049.
 """
 
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -85,3 +89,33 @@ def userspace_clients(sockets: Iterable[TcpSocket], owners: Mapping[int, SocketO
         found[(owner.pid, socket.remote)] = UserspaceClient(owner.pid, owner.command, owner.pod_uid,
                                                             owner.container_id, socket.remote)
     return sorted(found.values(), key=lambda client: (client.pod_uid, client.pid, client.remote))
+
+
+@dataclass(frozen=True, slots=True)
+class TlsTunnel:
+    """An EFS TLS tunnel: the local port a mount talks to, and the server address the tunnel is connected to."""
+
+    local_port: int
+    remote_address: str
+    pid: int
+    command: str
+
+
+def tls_tunnels(sockets: Iterable[TcpSocket], owners: Mapping[int, SocketOwner]) -> list[TlsTunnel]:
+    """Each tunnel process's loopback listening ports, paired with the one server it is connected to on 2049.
+
+    A process connected to several servers at once cannot say which listener goes where: it is left out.
+    """
+    ports: dict[SocketOwner, set[int]] = defaultdict(set)
+    servers: dict[SocketOwner, set[str]] = defaultdict(set)
+    for socket in sockets:
+        owner = owners.get(socket.inode) if socket.inode else None
+        if owner is None or owner.command not in TUNNEL_COMMANDS:
+            continue
+        if socket.state == "LISTEN" and socket.local_address in LOOPBACK:
+            ports[owner].add(socket.local_port)
+        elif socket.state == "ESTABLISHED" and socket.remote_port == NFS_PORT:
+            servers[owner].add(socket.remote_address)
+    found = [TlsTunnel(port, next(iter(servers[owner])), owner.pid, owner.command)
+             for owner, listening in ports.items() if len(servers.get(owner, ())) == 1 for port in listening]
+    return sorted(found, key=lambda tunnel: tunnel.local_port)
