@@ -33,6 +33,7 @@ from tests.support import free_port, profile_body, wait_for
 from mountwarden.adapters.webhookconfig import render_enforcement
 from mountwarden.cli.operator import derived_priority
 from mountwarden.core.admission import NODE_NAME_EXTRA, ProfileEntry
+from mountwarden.devcluster.cluster import kwok_node
 
 NS = RELEASE_NAMESPACE
 OPERATOR_ACCOUNT = f"system:serviceaccount:{NS}:{RELEASE}-operator"
@@ -93,6 +94,28 @@ def test_two_operator_replicas_and_an_agent_on_every_node_run(cluster, release):
     agents = pods(cluster, "agent")
     assert sorted(pod["spec"]["nodeName"] for pod in agents) == sorted(cluster.node_names)
     assert all(pod["status"]["phase"] == "Running" for pod in [*agents, *pods(cluster, "operator")])
+
+
+def test_no_agent_is_sent_to_a_fargate_or_virtual_node(cluster, release, request):
+    """Nodes labelled as EKS Fargate or virtual-kubelet get no agent pod (one would stay Pending for ever); a
+    plain node added at the same time gets one, so the DaemonSet controller has seen all three."""
+    added = {"e2e-fargate": {"eks.amazonaws.com/compute-type": "fargate"},
+             "e2e-virtual": {"type": "virtual-kubelet"}, "e2e-plain": {}}
+
+    def remove() -> None:  # and the plain node's agent with it, before the next test counts agents
+        cluster.kubectl("delete", "node", *added, "--ignore-not-found", check=False)
+        wait_for(lambda: not {pod["spec"].get("nodeName") for pod in pods(cluster, "agent")} & set(added),
+                 timeout=180, what="no agent left on the removed nodes")
+
+    request.addfinalizer(remove)
+    for index, (name, labels) in enumerate(added.items()):
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(kwok_node(name, 900 + index, labels)))
+    wait_for(lambda: any(pod["spec"].get("nodeName") == "e2e-plain" for pod in pods(cluster, "agent")),
+             timeout=120, what="an agent pod on the plain node")
+    on = {pod["spec"].get("nodeName") for pod in pods(cluster, "agent")}
+    assert "e2e-fargate" not in on and "e2e-virtual" not in on
+    daemonset = kubectl_json(cluster, "get", "daemonset", f"{RELEASE}-agent", "-n", NS)
+    assert daemonset["status"]["desiredNumberScheduled"] == len(cluster.node_names) + 1
 
 
 def can_i(cluster, account: str, *request: str) -> bool:

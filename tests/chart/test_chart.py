@@ -249,6 +249,36 @@ def test_the_agent_reads_the_hosts_proc_on_every_node(default):
     assert spec["serviceAccountName"] == f"{FULLNAME}-agent"
 
 
+UNSUPPORTED = [{"key": "eks.amazonaws.com/compute-type", "operator": "NotIn", "values": ["fargate"]},
+               {"key": "type", "operator": "NotIn", "values": ["virtual-kubelet"]}]
+
+
+def agent_node_terms(docs) -> list[dict]:
+    affinity = find(docs, "DaemonSet")["spec"]["template"]["spec"].get("affinity") or {}
+    return (affinity.get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution", {}).get(
+        "nodeSelectorTerms")
+
+
+def test_the_agent_is_kept_off_nodes_it_cannot_run_on_whatever_affinity_is_given(render, default):
+    from mountwarden.core.node.kinds import UNSUPPORTED_NODE_LABELS
+
+    assert agent_node_terms(default) == [{"matchExpressions": UNSUPPORTED}]
+    # The chart's exclusions are the labels the operator explains a missing report by.
+    assert {(e["key"], e["values"][0]) for e in UNSUPPORTED} == set(UNSUPPORTED_NODE_LABELS)
+    pool = {"key": "pool", "operator": "In", "values": ["a"]}
+    named = {"key": "metadata.name", "operator": "In", "values": ["n1"]}
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [pool]}, {"matchFields": [named]}]}},
+        "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}
+    docs = render("--set-json", f"agent.affinity={json.dumps(affinity)}")
+    # Terms are ORed: each one must exclude those nodes.
+    assert agent_node_terms(docs) == [{"matchExpressions": [pool, *UNSUPPORTED]},
+                                      {"matchExpressions": UNSUPPORTED, "matchFields": [named]}]
+    assert "podAffinity" in find(docs, "DaemonSet")["spec"]["template"]["spec"]["affinity"]
+    assert "affinity" not in find(render("--set-json", "agent.unsupportedNodes=[]"), "DaemonSet")["spec"]["template"][
+        "spec"]
+
+
 @pytest.mark.parametrize(("read_other_processes", "probe_servers", "capabilities", "flags"), [
     # SQLite detection reads other processes' fd, fdinfo and maps: ptrace read access, other users' directories.
     ("true", "true", ["SYS_PTRACE", "DAC_READ_SEARCH"], []),

@@ -6,6 +6,7 @@ writes the node's report, and the operator compares it with the profiles.
 """
 
 import contextlib
+import json
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -15,6 +16,8 @@ import kubernetes
 import pytest
 from tests.procroot import AssembledProcRoot, Mount, Process, assemble_proc_root
 from tests.support import profile_body, report_spec, scrape, wait_for
+
+from mountwarden.devcluster.cluster import kwok_node
 
 pytestmark = pytest.mark.cluster
 
@@ -215,3 +218,20 @@ def test_a_pods_userspace_nfs_client_is_an_event_on_the_pod(cluster, kube, opera
         assert events[0].startswith(f"on {node}: {message}")
     finally:
         kube.custom.delete_cluster_custom_object("mountwarden.io", "v1alpha1", "nodemountreports", node)
+
+
+def test_a_pod_on_a_fargate_node_has_no_report_and_the_status_says_why(cluster, kube, operator, namespace, unique,
+                                                                        request):
+    """No agent runs on EKS Fargate (the chart keeps it off): the volume is unknown, explained, not asked about."""
+    node = f"fargate-{unique}"
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(
+        kwok_node(node, 950, {"eks.amazonaws.com/compute-type": "fargate"})))
+    request.addfinalizer(lambda: cluster.kubectl("delete", "node", node, "--wait=false", check=False))
+    wait_for(lambda: kube.core.read_node(node).status.conditions, timeout=60, what="the Fargate node Ready")
+    name = f"fargate-{unique}"
+    profile_with_a_pod(kube, namespace, node, name, "staging", "serverless")
+    status = wait_for(lambda: (c := compliance(kube, name)) and c["volumes"]["unknown"] == 1 and c,
+                      timeout=60, what="the Fargate pod's volume unknown")
+    [offender] = status["worstOffenders"]
+    assert offender["reason"] == "ReportMissing" and offender["node"] == node
+    assert "EKS Fargate node" in offender["message"] and "is the mountwarden agent running" not in offender["message"]

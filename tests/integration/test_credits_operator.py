@@ -195,8 +195,9 @@ def test_a_volume_on_another_zones_mount_target_is_a_cross_az_mount(
         "provisioningMode": "efs-ap", "fileSystemId": file_system}}))
     wait_for(lambda: kube.classes_of(name), what="the class")
     node = cluster.node_names[1]
+    dev_zone = kube.core.read_node(node).metadata.labels.get("topology.kubernetes.io/zone")
     label_zone(kube, node, zone_b)
-    request.addfinalizer(lambda: label_zone(kube, node, None))
+    request.addfinalizer(lambda: label_zone(kube, node, dev_zone))
     pv = f"pv-far-{unique}"
     volume_for(kube, namespace, pv, f"{name}-v1")
     uid = pod_with(kube, namespace, node, "far", pv)

@@ -68,3 +68,25 @@ The agent's capabilities: exactly what its enabled features need (docs/security.
 {{- end -}}
 {{- toJson $caps -}}
 {{- end -}}
+
+{{/*
+The agent's affinity: agent.affinity, with agent.unsupportedNodes added to every required node selector
+term (terms are ORed, a term's expressions ANDed: each term must exclude those nodes).
+*/}}
+{{- define "mountwarden.agentAffinity" -}}
+{{- $affinity := deepCopy (default (dict) .Values.agent.affinity) -}}
+{{- if .Values.agent.unsupportedNodes -}}
+{{- $node := default (dict) (get $affinity "nodeAffinity") -}}
+{{- $required := default (dict) (get $node "requiredDuringSchedulingIgnoredDuringExecution") -}}
+{{- $terms := default (list (dict)) (get $required "nodeSelectorTerms") -}}
+{{- $merged := list -}}
+{{- range $terms -}}
+{{- $expressions := concat (default (list) (get . "matchExpressions")) $.Values.agent.unsupportedNodes -}}
+{{- $merged = append $merged (merge (dict "matchExpressions" $expressions) .) -}}
+{{- end -}}
+{{- $_ := set $required "nodeSelectorTerms" $merged -}}
+{{- $_ := set $node "requiredDuringSchedulingIgnoredDuringExecution" $required -}}
+{{- $_ := set $affinity "nodeAffinity" $node -}}
+{{- end -}}
+{{- toYaml $affinity -}}
+{{- end -}}

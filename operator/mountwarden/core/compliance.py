@@ -113,13 +113,18 @@ def assess(
     *,
     now: datetime,
     stale_after: timedelta,
+    no_agent: Mapping[str, str] | None = None,
 ) -> Verdict:
-    """The verdict on one consumer, from its node's report."""
+    """The verdict on one consumer, from its node's report. ``no_agent``: nodes where no agent can run, and why
+    (mountwarden.core.node.kinds): their missing reports are explained, not asked about."""
     report = reports.get(consumer.node or "")
     if consumer.node is None:
         return Verdict(consumer, VolumeState.UNKNOWN, VerdictReason.NOT_SCHEDULED, f"{consumer.pod} is not on a node yet")
     if report is None:
+        why = (no_agent or {}).get(consumer.node)
         return Verdict(consumer, VolumeState.UNKNOWN, VerdictReason.REPORT_MISSING,
+                       f"no NodeMountReport for node {consumer.node}: it is {why}, so its pods' mounts cannot be "
+                       "audited" if why else
                        f"no NodeMountReport for node {consumer.node}: is the mountwarden agent running there?")
     if now - report.scan_time > stale_after:
         return Verdict(consumer, VolumeState.UNKNOWN, VerdictReason.REPORT_STALE,

@@ -164,8 +164,8 @@ def _healthz(port: int, timeout: float = 2.0) -> bool:
         return False
 
 
-def _node(name: str, index: int) -> dict[str, Any]:
-    """A plain v1.Node that kwok will simulate: no taints, room for thousands of pods."""
+def kwok_node(name: str, index: int, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """A plain v1.Node that kwok will simulate: no taints, room for thousands of pods; ``labels`` added."""
     resources = {"cpu": "1000", "memory": "1Ti", "pods": "10000", "ephemeral-storage": "1Ti"}
     return {
         "apiVersion": "v1",
@@ -179,6 +179,7 @@ def _node(name: str, index: int) -> dict[str, Any]:
                 "kubernetes.io/arch": "amd64",
                 # Spread over zones like a real multi-AZ cluster (EFS mount targets are per AZ).
                 "topology.kubernetes.io/zone": f"dev-zone-{'abc'[index % 3]}",
+                **(labels or {}),
             },
             "annotations": {KWOK_NODE_ANNOTATION[0]: KWOK_NODE_ANNOTATION[1]},
         },
@@ -902,7 +903,7 @@ class _Launch:
         self.node_names = [f"kwok-node-{i}" for i in range(nodes)]
         self.progress(f"creating {nodes} kwok node{'s' if nodes != 1 else ''}")
         for index, name in enumerate(self.node_names):
-            status, body = self.api.request("POST", "/api/v1/nodes", _node(name, index))
+            status, body = self.api.request("POST", "/api/v1/nodes", kwok_node(name, index))
             if status not in (201, 409):
                 raise DevClusterError(f"creating node {name} failed: HTTP {status}: {body}")
         self.step_done("nodes created")

@@ -168,7 +168,7 @@ def consumers_on(file_system_id: str, targets: Iterable[CreditWatchTarget], repo
     return summarize_consumers(volumes, owners, file_system_id)
 
 
-def cross_az_on(file_system_id: str, result: CreditSeries | CreditWatchProblem, node_zones: kopf.Index,
+def cross_az_on(file_system_id: str, result: CreditSeries | CreditWatchProblem, nodes: kopf.Index,
                 volumes: list[ReportedVolume], owners: VolumeOwners) -> CrossAzCheck | None:
     """The zone check of the file system's pod volumes (a note alone when its mount targets are unknown)."""
     if isinstance(result, CreditWatchProblem):
@@ -176,7 +176,7 @@ def cross_az_on(file_system_id: str, result: CreditSeries | CreditWatchProblem, 
     if result.mount_targets is None:
         return CrossAzCheck((), 0, (f"no zone check: the mount targets could not be read "
                                     f"({result.mount_targets_problem or 'unknown'})",))
-    zones = {node: zone for node, store in node_zones.items() for zone in store}
+    zones = {node: facts.zone for node, store in nodes.items() for facts in store if facts.zone}
     return cross_az_mounts(volumes, owners, file_system_id, result.mount_targets, zones)
 
 
@@ -223,7 +223,7 @@ def _first(index: kopf.Index, key):
 @retry_transient
 def watch_credits(name: str, body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta,
                   patch: kopf.Patch, memo: OperatorContext, credit_watch_targets: kopf.Index, reports_by_node: kopf.Index,
-                  claims_by_volume: kopf.Index, classes_by_name: kopf.Index, node_zones: kopf.Index, **_) -> None:
+                  claims_by_volume: kopf.Index, classes_by_name: kopf.Index, nodes: kopf.Index, **_) -> None:
     target = watched_file_system(dict(spec))
     if target is None:
         return
@@ -234,7 +234,7 @@ def watch_credits(name: str, body: kopf.Body, spec: kopf.Spec, status: kopf.Stat
     volumes, owners = watched_volumes([*targets, target], reports_by_node, memo.pods, claims_by_volume,
                                       classes_by_name)
     consumers = summarize_consumers(volumes, owners, target.file_system_id)
-    cross_az = cross_az_on(target.file_system_id, result, node_zones, volumes, owners)
+    cross_az = cross_az_on(target.file_system_id, result, nodes, volumes, owners)
     credits, condition = _credits_status(target, result, now, consumers, cross_az)
     previous = dict(status.get("credits") or {})
     previous_state = previous.get("state")

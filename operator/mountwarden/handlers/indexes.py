@@ -33,7 +33,7 @@ keeps an object's previous entries when its index function returns None.
 | pods_by_claim (*) | (namespace, claim) -> PodPlacement of each pod mounting it | reports (compliance) |
 | namespace_labels | namespace -> its labels | admission |
 | reports_by_node | node -> its NodeReport | reports, credits |
-| node_zones | node -> its topology.kubernetes.io/zone label | credits (CrossAZMount) |
+| nodes | node -> its NodeFacts (zone label; why no agent can run there) | credits (CrossAZMount), reports (a missing report explained) |
 """
 
 import asyncio
@@ -53,7 +53,7 @@ from mountwarden.api.storageprofile import PLURAL as PROFILES
 from mountwarden.api.storageprofile import ProfileStatus, StorageProfileSpec
 from mountwarden.core.admission import ProfileEntry, consumer_keys
 from mountwarden.core.compliance import Contract
-from mountwarden.core.credits.crossaz import ZONE_LABEL
+from mountwarden.core.node.kinds import NodeFacts
 from mountwarden.core.policy import ResolvedPolicy, backend_kind
 from mountwarden.core.storageclass import PROFILE_LABEL, ClassEntry
 from mountwarden.handlers.config import OperatorConfig, WebhookMode
@@ -223,9 +223,9 @@ def namespace_labels(name: str, labels: kopf.Labels, **_) -> dict:
     return {name: dict(labels)}
 
 
-def node_zones(name: str, labels: kopf.Labels, **_) -> dict:
-    zone = labels.get(ZONE_LABEL)
-    return {name: zone} if zone else {}
+def nodes(name: str, labels: kopf.Labels, **_) -> dict:
+    facts = NodeFacts.of(labels)
+    return {name: facts} if facts != NodeFacts() else {}
 
 
 async def reports_by_node(name: str, spec: kopf.Spec, **_) -> dict:
@@ -245,7 +245,7 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     kopf.on.startup(registry=registry)(follow_cluster)
     kopf.on.cleanup(registry=registry)(stop_following_cluster)
     kopf.index(GROUP, VERSION, REPORTS, registry=registry)(reports_by_node)
-    kopf.index("v1", "nodes", registry=registry)(node_zones)
+    kopf.index("v1", "nodes", registry=registry)(nodes)
     if config.webhook_mode != WebhookMode.OFF:
         kopf.index(*PROFILE, registry=registry)(profiles_by_name)
         kopf.index(*PROFILE, registry=registry)(profiles_by_consumer)

@@ -62,7 +62,7 @@ def _reports(reports_by_node: kopf.Index, nodes: Iterable[str | None], pods: Pod
 def assess_compliance(
     name: str, status: kopf.Status, meta: kopf.Meta, patch: kopf.Patch, memo: OperatorContext,
     contracts: kopf.Index, reports_by_node: kopf.Index, claims_by_volume: kopf.Index, classes_by_profile: kopf.Index,
-    volumes_by_class: kopf.Index, **_,
+    volumes_by_class: kopf.Index, nodes: kopf.Index, **_,
 ) -> None:
     contract = one(contracts, name)
     if contract is None:
@@ -71,8 +71,10 @@ def assess_compliance(
     reports = _reports(reports_by_node, (c.node for c in consumers), memo.pods)
     now = datetime.now(UTC)
     stale_after = timedelta(seconds=memo.config.report_stale_after)
-    compliance = ProfileCompliance.of([assess(c, contract, reports, now=now, stale_after=stale_after)
-                                       for c in consumers])
+    no_agent = {c.node: facts.no_agent for c in consumers if c.node and (facts := one(nodes, c.node))
+                and facts.no_agent}
+    compliance = ProfileCompliance.of([assess(c, contract, reports, now=now, stale_after=stale_after,
+                                              no_agent=no_agent) for c in consumers])
     summary = compliance.to_status()
     previous = {k: v for k, v in (status.get("compliance") or {}).items() if k != "checkedAt"}
     if summary != previous:

@@ -34,12 +34,12 @@ from mountwarden.core.credits.pricing import SECONDS_PER_MONTH, round_cents
 from mountwarden.core.credits.series import MountTarget
 from mountwarden.core.credits.units import GIB, format_bytes
 from mountwarden.core.findings import Finding, Reason, Severity, Subject
+from mountwarden.core.node.kinds import ZONE_LABEL
 
 #: $ per GB crossing zones, each direction (EC2 On-Demand pricing page, read 2026-12-01; GB as 1024^3 bytes,
 #: as the rest of the price table).
 CROSS_AZ_USD_PER_GIB = 0.01
 CROSS_AZ_PRICE_SOURCE = "https://aws.amazon.com/ec2/pricing/on-demand/ (Data Transfer within the same AWS Region)"
-ZONE_LABEL = "topology.kubernetes.io/zone"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,27 @@
+"""Nodes where no agent can run: known by their labels, and a missing report there explained, not asked about."""
+
+from datetime import UTC, datetime, timedelta
+
+from mountwarden.core.compliance import Consumer, Contract, VerdictReason, VolumeState, assess
+from mountwarden.core.node.kinds import NodeFacts, why_no_agent
+
+NOW = datetime(2026, 12, 2, tzinfo=UTC)
+
+
+def test_fargate_and_virtual_kubelet_nodes_are_known_by_their_labels():
+    assert "EKS Fargate" in why_no_agent({"eks.amazonaws.com/compute-type": "fargate"})
+    assert "virtual node" in why_no_agent({"type": "virtual-kubelet"})
+    # EKS's other compute types (EC2 nodes, Auto Mode) and kwok's simulated nodes run the agent.
+    assert why_no_agent({"eks.amazonaws.com/compute-type": "ec2", "type": "kwok"}) is None
+    assert NodeFacts.of({"topology.kubernetes.io/zone": "eu-west-1a"}) == NodeFacts("eu-west-1a", None)
+    assert NodeFacts.of({}) == NodeFacts()
+
+
+def test_a_missing_report_is_explained_by_the_nodes_kind():
+    consumer = Consumer("uid-1", "web", "api-0", "fargate-ip-10-0-1-7", "pv-1")
+    explained = assess(consumer, Contract({}), {}, now=NOW, stale_after=timedelta(minutes=15),
+                       no_agent={"fargate-ip-10-0-1-7": why_no_agent({"eks.amazonaws.com/compute-type": "fargate"})})
+    assert (explained.state, explained.reason) == (VolumeState.UNKNOWN, VerdictReason.REPORT_MISSING)
+    assert "EKS Fargate node" in explained.message and "cannot be audited" in explained.message
+    asked = assess(consumer, Contract({}), {}, now=NOW, stale_after=timedelta(minutes=15))
+    assert "is the mountwarden agent running there?" in asked.message
