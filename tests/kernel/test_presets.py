@@ -4,11 +4,13 @@ Cost: the RPCs of a paced stat() loop, `ls -l` of 50 files and a paced open()/cl
 Staleness: the upload-service race, a writer on another client appending and closing every
 0.25 s while one reader stat()s the path and another open()s and fstat()s (the server grants
 no delegations, as EFS grants none). The figures quoted by `options presets` and the docs come
-from `make kernel-facts`, which runs the same experiments.
+from `make kernel-facts`, which runs the same experiments; the last tests compare them with these,
+within the tolerances of mountwarden.lab.factscheck.
 """
 
 import pytest
 
+from mountwarden.core.options.kernelfacts import facts
 from mountwarden.lab.experiments import (
     COHERENCE_SECONDS,
     former_preset_mount_options,
@@ -17,6 +19,7 @@ from mountwarden.lab.experiments import (
     measure_negative_lookups,
     preset_mount_options,
 )
+from mountwarden.lab.factscheck import preset_differences
 
 #: Measuring under TCG on a loaded machine: the session VM's boot counts against the first test too.
 pytestmark = pytest.mark.timeout(1800)
@@ -72,6 +75,7 @@ def test_staging_is_never_stale_for_one_getattr_per_stat(measured):
 
 
 def test_staging_and_strict_see_a_new_file_at_once_after_a_failed_lookup(negative):
+    assert set(negative) == set(PRESETS)
     for preset in ("staging", "strict"):
         for reader in ("stat_by_path", "open_by_path"):
             seen = found_after(negative, preset, reader)
@@ -115,3 +119,18 @@ def test_sync_on_the_writer_does_not_refresh_a_readers_cache(lab):
     result = lab.workload("coherence", writer, stat_reader, open_reader, str(COHERENCE_SECONDS),
                           timeout=COHERENCE_SECONDS + 120)
     assert result["stat_by_path"]["worst_seconds"] >= 1.0, result
+
+
+def test_the_recorded_costs_and_staleness_hold_live(measured, negative):
+    """kernel_facts.json's figures per preset (quoted by `options presets` and the docs), measured again here."""
+    recorded = facts()["presets"]
+    assert all(recorded[preset]["options"] == preset_mount_options(preset) for preset in PRESETS), (
+        "a preset's options changed since `make kernel-facts`")
+    live = {preset: {**measured[preset], "negative_lookups": negative[preset]} for preset in PRESETS}
+    assert preset_differences(recorded, live, PRESETS) == []
+
+
+def test_the_former_coherents_recorded_staleness_holds_live(former):
+    recorded = facts()["former_presets"]
+    assert recorded["coherent"]["options"] == former_preset_mount_options("coherent")
+    assert preset_differences(recorded, {"coherent": former["coherent (former)"]}, ["coherent"]) == []

@@ -592,6 +592,8 @@ class Measured:
     facts: dict
     raw_checks: list[RawCheck]
     seconds: float
+    #: Seconds each section took in the VM.
+    sections: dict[str, float] = field(default_factory=dict)
 
 
 def measure_deterministic(lab: Lab, *, sharing_cases: Sequence[tuple[str, str]] = SHARING_CASES,
@@ -602,13 +604,19 @@ def measure_deterministic(lab: Lab, *, sharing_cases: Sequence[tuple[str, str]] 
     presets = presets if presets is not None else {str(name): preset_mount_options(name) for name in PRESETS}
     program = Program(lab)
     kernel = program.kernel()
-    decoders = {"delegations": plan_delegations(program),
-                "superblock_sharing": plan_superblock_sharing(program, sharing_cases),
-                "nconnect": plan_nconnect(program), "io_sizes": plan_io_sizes(program),
-                "printed_options": plan_printed_options(program, presets), "locking": plan_locking(program)}
+    plans = {"delegations": lambda: plan_delegations(program),
+             "superblock_sharing": lambda: plan_superblock_sharing(program, sharing_cases),
+             "nconnect": lambda: plan_nconnect(program), "io_sizes": lambda: plan_io_sizes(program),
+             "printed_options": lambda: plan_printed_options(program, presets), "locking": lambda: plan_locking(program)}
+    decoders, steps = {}, {}
+    for name, plan in plans.items():
+        first = len(program.steps)
+        decoders[name] = plan()
+        steps[name] = range(first, len(program.steps))
     started = time.monotonic()
     results = program.run()
     seconds = time.monotonic() - started
+    sections = {name: round(sum(results[index]["seconds"] for index in indexes), 1) for name, indexes in steps.items()}
     facts: dict = {}
     checks: list[RawCheck] = []
     for name, decode in decoders.items():
@@ -617,7 +625,7 @@ def measure_deterministic(lab: Lab, *, sharing_cases: Sequence[tuple[str, str]] 
     delegations = facts.pop("delegations")
     facts = {"kernel": results[kernel]["release"],
              "server": {"max_block_size": results[kernel]["max_block_size"], "delegations": delegations}, **facts}
-    return Measured(json.loads(to_json(facts)), checks, seconds)
+    return Measured(json.loads(to_json(facts)), checks, seconds, sections)
 
 
 # -- cost and staleness per set of options -------------------------------------------------------
