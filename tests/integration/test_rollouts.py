@@ -211,6 +211,22 @@ class Scenario:
         self.kube.apps.patch_namespaced_deployment_scale(name, self.namespace, {"spec": {"replicas": replicas}})
         return self.wait_phase("Complete", target)
 
+    def remounted_once(self, name: str, target: str) -> dict:
+        """One replica evicted to remount, and the rollout Complete: its line. Either outcome a real node gives is
+        asserted: the evicted replica unmounted before its replacement mounted (a fresh superblock, one remount),
+        or after it (the same superblock again until the remounts ran out; then zero and back, as it says)."""
+        rollout = self.settle(target)
+        (line,) = rollout["workloads"]
+        if rollout["phase"] != "Complete":
+            print("the replacement mounted before the evicted replica unmounted: stuck, then zero and back")
+            self.assert_stuck(line, replicas=1)
+            (line,) = self.scale_to_zero_and_back(name, 1, target)["workloads"]
+        else:
+            print("the evicted replica unmounted before its replacement mounted: a fresh superblock")
+            assert line["remounts"] == 1
+        assert (line["state"], line["reason"]) == ("Done", "Verified"), line
+        return line
+
     def assert_stuck(self, line: dict, replicas: int) -> None:
         """Each replacement mounted while a replica being replaced still held the old superblock (a real kubelet
         unmounts a pod's volumes after its successor mounted), so it got that superblock again, until twice the
@@ -362,19 +378,7 @@ def test_a_shared_superblock_blocks_the_workload_until_the_other_consumer_moves(
     wait_for(lambda: not [p for p in case.kube.core.list_namespaced_pod(case.namespace).items
                           if p.metadata.name == "other"], what="the other consumer gone")
     case.bare_pod("other", "other", elsewhere)
-    rollout = case.settle(target)
-    (line,) = rollout["workloads"]
-    # Both outcomes a real node gives: the evicted replica unmounted before its replacement mounted (a fresh
-    # superblock, one remount), or after it (the same superblock again, until the remounts run out).
-    if rollout["phase"] != "Complete":
-        print("the replacement mounted before the evicted replica unmounted: stuck, then zero and back")
-        case.assert_stuck(line, replicas=1)
-        rollout = case.scale_to_zero_and_back("app", 1, target)
-        (line,) = rollout["workloads"]
-    else:
-        print("the evicted replica unmounted before its replacement mounted: a fresh superblock")
-        assert line["remounts"] == 1
-    assert line["state"] == "Done" and line["reason"] == "Verified"
+    case.remounted_once("app", target)
     (pod,) = case.pods("app")
     assert pod.spec.node_name == node and case.mounts(pod, STAGING_TIMEO_300)
     assert len(case.replica_sets("app")) == 2
@@ -511,17 +515,7 @@ def test_a_disruption_budget_that_refuses_leaves_the_workload_waiting_and_names_
     # before the evicted replica unmounted, on the same superblock until the remounts run out (a real node gives
     # either).
     policy.patch_namespaced_pod_disruption_budget("app-budget", case.namespace, {"spec": {"minAvailable": 0}})
-    rollout = case.settle(target)
-    (line,) = rollout["workloads"]
-    if rollout["phase"] != "Complete":
-        print("the replacement mounted before the evicted replica unmounted: stuck, then zero and back")
-        case.assert_stuck(line, replicas=1)
-        rollout = case.scale_to_zero_and_back("app", 1, target)
-        (line,) = rollout["workloads"]
-    else:
-        print("the evicted replica unmounted before its replacement mounted: a fresh superblock")
-        assert line["remounts"] == 1
-    assert line["state"] == "Done"
+    case.remounted_once("app", target)
     (replacement,) = case.pods("app")
     assert replacement.metadata.uid != kept.metadata.uid and case.mounts(replacement, STAGING_TIMEO_300)
 

@@ -139,7 +139,7 @@ def test_two_pods_that_differ_only_in_timeo_share_a_superblock(real_node, kube, 
     first_line, second_line = mountinfo_line(real_node, first_uid, first_pv), mountinfo_line(real_node, second_uid,
                                                                                             second_pv)
     assert first_line.split()[2] == second_line.split()[2] == volume["superblock"], (first_line, second_line)
-    assert "timeo=100" in second_line.split(" - ")[1].split(), second_line
+    assert "timeo=100" in second_line.split(" - ")[1].split()[2].split(","), second_line
     status = wait_for(lambda: (c := compliance(kube, second)) and c["volumes"]["drifted"] == 1 and c,
                       timeout=TIMEOUT, what="the second profile drifted")
     assert {o["reason"] for o in status["worstOffenders"]} == {"SuperblockShared"}
@@ -163,8 +163,8 @@ def test_a_pod_holding_a_sqlite_lock_on_nfs_is_found(real_node, kube, operator, 
     events = wait_for(lambda: [m for r, m in pod_events(kube, namespace, "db") if r == "SQLiteOnNFS"],
                       timeout=TIMEOUT, what="a SQLiteOnNFS Event on the pod")
     # The database as the process opened it (its path in the container), on the pod's volume, with its lock.
-    assert events[0].startswith(f"SQLite database {DATABASE} in rollback-journal mode on nfs4 {mount_point}: pid "), (
-        events)
+    assert events[0].startswith(f"{pv} on {NODE_NAME}: SQLite database {DATABASE} in rollback-journal mode on nfs4 "
+                                f"{mount_point}: pid "), events
     assert "holds RESERVED" in events[0], events
     (found,) = wait_for(lambda: (r := sqlite_reported(kube)) and r, timeout=TIMEOUT, what="the database reported")
     device = mountinfo_line(real_node, uid, pv).split()[2]
@@ -226,7 +226,7 @@ def test_a_multi_replica_rollout_patches_the_pv_and_every_real_remount_is_verifi
             volume["effectiveOptions"]), volume
     # The kernel's own word: every new replica's mount has the new options, on one new superblock.
     lines = [mountinfo_line(real_node, pod.metadata.uid, pv) for pod in pods]
-    assert all("acregmax=0" in line.split(" - ")[1] for line in lines), lines
+    assert all("acregmax=0" in line.split(" - ")[1].split()[2].split(",") for line in lines), lines
     assert len({line.split()[2] for line in lines}) == 1, lines
     print(f"{replicas}-replica Deployment rollout on the real node: {elapsed:.0f} s")
 
