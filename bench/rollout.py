@@ -15,9 +15,10 @@ the same run:
   does by hand: kubectl patch each PV, then per Deployment kubectl rollout restart, kubectl
   rollout status, and wait until the node reports show every new replica with the new options.
 
-tests/nodesim.py stands in for the node agents of both (a thread writing each node's report when
-a pod starts). Each round changes both sets' options once, mountwarden and the runbook taking
-turns to go first; the figures sum the rounds.
+tests/nodesim.py stands in for the kubelets, kernels and node agents of both (a thread mounting
+each started pod's volume as the kernel lab measured it and running the agent's own code on each
+node's simulated /proc). Each round changes both sets' options once, mountwarden and the runbook
+taking turns to go first; the figures sum the rounds.
 
 Figures, in bench/results/rollout.json:
 - rollout_overhead_ratio: mountwarden's wall time divided by the runbook's (<= 1.2 is the goal);
@@ -210,7 +211,8 @@ def profile(cache_policy: str) -> dict:
 
 
 def options_of(cache_policy: str) -> tuple[list[str], list[str]]:
-    """(the mountOptions of the profile's class for ``cache_policy``, what a node reports for them)."""
+    """(the mountOptions of the profile's class for ``cache_policy``, their canonical tokens, which a node's
+    report of a volume mounted with them lists among the options in effect)."""
     from mountwarden.api.storageprofile import StorageProfileSpec, desired_class
     from mountwarden.core.options.normalize import normalize
 

@@ -5,10 +5,11 @@
 #   bench/runbook.sh NAMESPACE NEW_OPTIONS EXPECTED_JSON PV...
 #
 # NEW_OPTIONS: the options to set, comma-separated (kubectl patch of each PV's mountOptions).
-# EXPECTED_JSON: the effective options a node reports for them, as a JSON list.
+# EXPECTED_JSON: the options to find in effect, as a JSON list of canonical tokens (a node's report lists
+# every option in effect, kernel defaults included).
 # Then, one Deployment of NAMESPACE at a time, in name order:
 #   kubectl rollout restart; kubectl rollout status; then wait until the NodeMountReport of the
-#   node of every replica shows that replica's volume mounted with EXPECTED_JSON (polled every
+#   node of every replica shows that replica's volume with every option of EXPECTED_JSON in effect (polled every
 #   $RUNBOOK_POLL seconds, 0.5 by default). A new replica that started on a node where an old one
 #   still held the export shares its superblock and keeps the old options (nfs(5), sharecache):
 #   it is deleted so that its replacement mounts afresh, and the wait goes on after rollout status.
@@ -41,8 +42,9 @@ check() {
      | {name: .metadata.name,
         mounts: [$reports.items[] | select(.metadata.name == $node) | .spec.volumes[] | select(.podUid == $uid)
                  | .effectiveOptions]}] as $live
-    | if ($live | length) == $replicas and all($live[]; .mounts | any(. == $expected)) then "verified"
-      else $live[] | select((.mounts | length) > 0 and (.mounts | any(. == $expected) | not)) | .name end'
+    | def holds: ($expected - .) == [];
+      if ($live | length) == $replicas and all($live[]; .mounts | any(holds)) then "verified"
+      else $live[] | select((.mounts | length) > 0 and (.mounts | any(holds) | not)) | .name end'
 }
 
 for deployment in $(kubectl get deployments -n "$namespace" -o jsonpath='{.items[*].metadata.name}' | tr ' ' '\n' | sort); do

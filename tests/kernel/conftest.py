@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from mountwarden.lab.experiments import Lab
+from mountwarden.lab.experiments import LIVE_SHARING_CASES, Lab, Measured, measure_deterministic
 from mountwarden.lab.image import LabBuildError, LabImage, build_image, find_image
 from mountwarden.lab.vm import LabError, LabVM
 
@@ -61,3 +61,11 @@ def start_and_wait(vm: LabVM, script: str, directory: str, log: str, marker: str
     while marker not in vm.run(f"cat {log}", check=False).stdout.split():
         assert time.monotonic() < deadline, vm.run(f"cat {log}", check=False).stdout
         time.sleep(1)
+
+
+@pytest.fixture(scope="session")
+def measured(lab: Lab) -> Measured:
+    """The facts the kernel gives the same on every run, measured once per session in one round trip to the VM:
+    the release, the server, LIVE_SHARING_CASES of the sharing table (make kernel-facts measures all of it),
+    nconnect, rsize/wsize, each preset's printed options, locks and delegations, with the raw second reading."""
+    return measure_deterministic(lab, sharing_cases=LIVE_SHARING_CASES)

@@ -15,11 +15,13 @@ the dead server, it exits and says what it left stuck. Started again and the lin
 restored, its reports show the server answering again.
 """
 
+import itertools
 import json
 import shlex
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 
 import pytest
 from tests.kernel.conftest import start_and_wait
@@ -174,6 +176,22 @@ def test_reports_keep_coming_with_the_dead_server_reported_and_the_healthy_one_a
     assert all(any("did not answer" in note for note in volume(r, dead)["notes"]) for r in judged)
     times = [r["spec"]["scanTime"] for r in while_dead["reports"]]
     assert times == sorted(times) and len(set(times)) == len(times), times
+
+
+def scan_times(found: list[dict]) -> list[datetime]:
+    return [datetime.fromisoformat(report["spec"]["scanTime"].replace("Z", "+00:00")) for report in found]
+
+
+def test_each_scan_behind_the_dead_server_ends_within_one_probe_timeout_of_a_healthy_ones_pace(while_dead):
+    """Every --interval a report, the server dead or not: a scan waits for a dead server's probe at most
+    --probe-timeout, once, so the reports come at most that much slower than with both servers answering."""
+    found, cut_at = while_dead["reports"], while_dead["cut_at"]
+    healthy = [(b - a).total_seconds() for a, b in itertools.pairwise(scan_times(found[:cut_at]))]
+    dead = [(b - a).total_seconds() for a, b in itertools.pairwise(scan_times(found[cut_at - 1:]))]
+    assert healthy and len(dead) >= DEAD_REPORTS, (healthy, dead)
+    # Twice the slowest healthy pace absorbs TCG's noise (the scans are measured in the VM, by their scan times).
+    bound = 2 * max(healthy) + PROBE_TIMEOUT
+    assert max(dead) <= bound, (dead, healthy, bound)
 
 
 def test_the_sqlite_database_on_the_dead_volume_is_still_found(while_dead):

@@ -272,3 +272,4 @@ def test_the_server_is_seen_again_once_it_answers(stopped, scan_while_stopped):
         if hard["serverResponding"]:
             break
         assert time.monotonic() < deadline, hard
+    assert hard["serverResponding"] is True and not any("did not answer" in note for note in hard["notes"]), hard

@@ -104,6 +104,12 @@ def test_a_report_from_the_live_kernel_reaches_status_and_events(cluster, kube, 
 
     wait_for(lambda: "MountPolicyDrift" in {r for r, _ in pod_events(kube, namespace, "uploads")},
              what="a MountPolicyDrift event on the uploads pod")
-    sqlite = wait_for(lambda: [m for r, m in pod_events(kube, namespace, "importer") if r == "SQLiteOnNFS"],
-                      what="a SQLiteOnNFS event on the importer pod")
-    assert efs_pv in sqlite[0] or "wal.db" in sqlite[0] or "rollback.db" in sqlite[0], sqlite
+    # One Event per database, naming its path, its journal mode and the pod's volume it is on.
+    expected = {f"{efs_pv} on {node}: SQLite database {databases}/wal.db in WAL mode on nfs4 {published}: pid ",
+                f"{efs_pv} on {node}: SQLite database {databases}/rollback.db in rollback-journal mode on nfs4 "
+                f"{published}: pid "}
+    sqlite = wait_for(lambda: len(found := [m for r, m in pod_events(kube, namespace, "importer")
+                                            if r == "SQLiteOnNFS"]) == 2 and found,
+                      what="a SQLiteOnNFS event per database on the importer pod")
+    assert {next((start for start in expected if message.startswith(start)), message) for message in sqlite} == (
+        expected), sqlite

@@ -8,23 +8,24 @@ corrupt a SQLite database.
 import pytest
 
 from mountwarden.core.options.normalize import normalize
-from mountwarden.lab.experiments import measure_locking
 
 
 @pytest.fixture(scope="module")
-def outcomes(lab):
-    return {(o.version, o.options): o for o in measure_locking(lab)}
+def outcomes(measured):
+    """LOCK_CASES (the session's measurement), by version and options."""
+    return {(o["version"], o["options"]): o for o in measured.facts["locking"]}
 
 
 def test_nolock_on_nfsv3_lets_a_second_client_take_the_same_lock(outcomes):
-    assert outcomes[("3", "nolock")].second_client_granted is True
+    assert outcomes[("3", "nolock")]["second_client_granted"] is True
+    assert outcomes[("3", "nolock")]["effective_lock_options"] == ["nolock", "local_lock=all"]
 
 
 @pytest.mark.parametrize("options", ["nolock", "local_lock=all", "lock"])
 def test_nfsv4_ignores_nolock_and_local_lock(outcomes, options):
     outcome = outcomes[("4.1", options)]
-    assert outcome.second_client_granted is False
-    assert outcome.effective_lock_options == ["local_lock=none"], outcome
+    assert outcome["second_client_granted"] is False
+    assert outcome["effective_lock_options"] == ["local_lock=none"], outcome
 
 
 def test_the_option_core_says_so():

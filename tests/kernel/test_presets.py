@@ -4,11 +4,13 @@ Cost: the RPCs of a paced stat() loop, `ls -l` of 50 files and a paced open()/cl
 Staleness: the upload-service race, a writer on another client appending and closing every
 0.25 s while one reader stat()s the path and another open()s and fstat()s (the server grants
 no delegations, as EFS grants none). The figures quoted by `options presets` and the docs come
-from `make kernel-facts`, which runs the same experiments.
+from `make kernel-facts`, which runs the same experiments; the last tests compare them with these,
+within the tolerances of mountwarden.lab.factscheck.
 """
 
 import pytest
 
+from mountwarden.core.options.kernelfacts import facts
 from mountwarden.lab.experiments import (
     COHERENCE_SECONDS,
     former_preset_mount_options,
@@ -17,6 +19,7 @@ from mountwarden.lab.experiments import (
     measure_negative_lookups,
     preset_mount_options,
 )
+from mountwarden.lab.factscheck import preset_differences
 
 #: Measuring under TCG on a loaded machine: the session VM's boot counts against the first test too.
 pytestmark = pytest.mark.timeout(1800)
@@ -26,7 +29,8 @@ PRESETS = ("strict", "staging", "cached", "read-only")
 
 # Three fixtures, so that no one test's set-up (within the per-test timeout) measures everything under TCG.
 @pytest.fixture(scope="module")
-def measured(lab):
+def per_preset(lab):
+    """Each preset's cost and staleness, as a profile on EFS mounts it."""
     results = {}
     for preset in PRESETS:
         options = preset_mount_options(preset)
@@ -37,7 +41,8 @@ def measured(lab):
 @pytest.fixture(scope="module")
 def former(lab):
     options = former_preset_mount_options("coherent")
-    return {"coherent (former)": {"coherence": measure_coherence(lab, options)}}
+    return {"coherent (former)": {"coherence": measure_coherence(lab, options), "cost": measure_cost(lab, options),
+                                  "negative_lookups": measure_negative_lookups(lab, options)}}
 
 
 @pytest.fixture(scope="module")
@@ -49,29 +54,30 @@ def found_after(negative, preset, reader):
     return negative[preset][reader]["found_after_seconds"]
 
 
-def worst(measured, preset, reader):
-    return measured[preset]["coherence"][reader]["worst_seconds"]
+def worst(results, preset, reader):
+    return results[preset]["coherence"][reader]["worst_seconds"]
 
 
-def test_strict_is_never_stale_and_pays_a_round_trip_per_path_component(measured):
-    assert worst(measured, "strict", "stat_by_path") == 0.0
-    assert worst(measured, "strict", "open_fstat") == 0.0
-    stat_loop = measured["strict"]["cost"]["stat_loop"]
-    calls = measured["strict"]["cost"]["paced_calls"]
+def test_strict_is_never_stale_and_pays_a_round_trip_per_path_component(per_preset):
+    assert worst(per_preset, "strict", "stat_by_path") == 0.0
+    assert worst(per_preset, "strict", "open_fstat") == 0.0
+    stat_loop = per_preset["strict"]["cost"]["stat_loop"]
+    calls = per_preset["strict"]["cost"]["paced_calls"]
     # lookupcache=none and actimeo=0: every stat() revalidates each component of the path.
     assert stat_loop["GETATTR"] >= calls and stat_loop["LOOKUP"] >= calls, stat_loop
 
 
-def test_staging_is_never_stale_for_one_getattr_per_stat(measured):
+def test_staging_is_never_stale_for_one_getattr_per_stat(per_preset):
     # The preset for the upload service's staging directory: what it promises, measured.
-    assert worst(measured, "staging", "stat_by_path") == 0.0
-    assert worst(measured, "staging", "open_fstat") == 0.0
-    stat_loop = measured["staging"]["cost"]["stat_loop"]
-    calls = measured["staging"]["cost"]["paced_calls"]
+    assert worst(per_preset, "staging", "stat_by_path") == 0.0
+    assert worst(per_preset, "staging", "open_fstat") == 0.0
+    stat_loop = per_preset["staging"]["cost"]["stat_loop"]
+    calls = per_preset["staging"]["cost"]["paced_calls"]
     assert calls <= stat_loop.get("GETATTR", 0) <= calls + 2 and stat_loop.get("LOOKUP", 0) <= 2, stat_loop
 
 
 def test_staging_and_strict_see_a_new_file_at_once_after_a_failed_lookup(negative):
+    assert set(negative) == set(PRESETS)
     for preset in ("staging", "strict"):
         for reader in ("stat_by_path", "open_by_path"):
             seen = found_after(negative, preset, reader)
@@ -92,19 +98,19 @@ def test_the_former_coherent_kept_stat_by_path_stale_for_seconds(former):
     assert worst(former, "coherent (former)", "open_fstat") == 0.0
 
 
-def test_cached_keeps_stat_by_path_stale_for_the_whole_run_but_open_is_fresh(measured):
-    assert worst(measured, "cached", "stat_by_path") >= COHERENCE_SECONDS / 2
-    assert worst(measured, "cached", "open_fstat") == 0.0
-    stat_loop = measured["cached"]["cost"]["stat_loop"]
+def test_cached_keeps_stat_by_path_stale_for_the_whole_run_but_open_is_fresh(per_preset):
+    assert worst(per_preset, "cached", "stat_by_path") >= COHERENCE_SECONDS / 2
+    assert worst(per_preset, "cached", "open_fstat") == 0.0
+    stat_loop = per_preset["cached"]["cost"]["stat_loop"]
     assert stat_loop.get("GETATTR", 0) <= 2, stat_loop
 
 
-def test_nocto_does_not_make_open_stale_on_nfsv4_without_delegations(measured):
+def test_nocto_does_not_make_open_stale_on_nfsv4_without_delegations(per_preset):
     # read-only is nocto, yet every open() is an OPEN round trip that brings fresh attributes back.
-    assert worst(measured, "read-only", "open_fstat") == 0.0
-    assert worst(measured, "read-only", "stat_by_path") >= COHERENCE_SECONDS / 2
-    open_loop = measured["read-only"]["cost"]["open_close_loop"]
-    assert open_loop["total"] >= measured["read-only"]["cost"]["paced_calls"], open_loop
+    assert worst(per_preset, "read-only", "open_fstat") == 0.0
+    assert worst(per_preset, "read-only", "stat_by_path") >= COHERENCE_SECONDS / 2
+    open_loop = per_preset["read-only"]["cost"]["open_close_loop"]
+    assert open_loop["total"] >= per_preset["read-only"]["cost"]["paced_calls"], open_loop
 
 
 def test_sync_on_the_writer_does_not_refresh_a_readers_cache(lab):
@@ -115,3 +121,18 @@ def test_sync_on_the_writer_does_not_refresh_a_readers_cache(lab):
     result = lab.workload("coherence", writer, stat_reader, open_reader, str(COHERENCE_SECONDS),
                           timeout=COHERENCE_SECONDS + 120)
     assert result["stat_by_path"]["worst_seconds"] >= 1.0, result
+
+
+def test_the_recorded_costs_and_staleness_hold_live(per_preset, negative):
+    """kernel_facts.json's figures per preset (quoted by `options presets` and the docs), measured again here."""
+    recorded = facts()["presets"]
+    assert all(recorded[preset]["options"] == preset_mount_options(preset) for preset in PRESETS), (
+        "a preset's options changed since `make kernel-facts`")
+    live = {preset: {**per_preset[preset], "negative_lookups": negative[preset]} for preset in PRESETS}
+    assert preset_differences(recorded, live, PRESETS) == []
+
+
+def test_the_former_coherents_recorded_costs_and_staleness_hold_live(former):
+    recorded = facts()["former_presets"]
+    assert recorded["coherent"]["options"] == former_preset_mount_options("coherent")
+    assert preset_differences(recorded, {"coherent": former["coherent (former)"]}, ["coherent"]) == []

@@ -1,57 +1,50 @@
-"""Which option differences share a superblock, and what a later mount silently runs with.
+"""Which option differences share a superblock, and what a later mount silently runs with, on the live kernel.
 
-Each case mounts the same export twice through one fresh NFS client (a network namespace of
-its own), the second mount differing from the first in one option, and reads both back from
-the VM's /proc. The finding the agent makes on the live /proc must name exactly the mount
-that shares a superblock and inherited another mount's value.
+Each pair of LIVE_SHARING_CASES mounts the same export twice through one fresh NFS client, the
+second mount differing from the first in one option (the session's `measured` fixture; `make
+kernel-facts` measures the whole table). The comparison the code makes (superblock_key) must
+predict each outcome, and a later mount sharing a superblock must run with the first mount's
+value of what the kernel does not compare. The finding the agent makes on the live /proc must
+name exactly the mount that shares a superblock and inherited another mount's value.
 """
 
 import json
 
 import pytest
 
-from mountwarden.core.options.normalize import normalize
-from mountwarden.lab.experiments import SHARING_CASES, measure_superblock_sharing
+from mountwarden.core.options.normalize import INHERITED_THROUGH_SUPERBLOCK, normalize, superblock_key
+from mountwarden.lab.experiments import LIVE_SHARING_CASES, asked_options
 from mountwarden.lab.livescan import mount_point as try_mount_point
 from mountwarden.lab.vm import GUEST_PYTHON_ENV
 
-#: Options the kernel does not compare: a later mount that differs only in them shares the superblock.
-INHERITED = {"timeo=100", "retrans=2", "noresvport", "nconnect=4"}
-#: NFSv4 ignores nolock and local_lock, so the two mounts are identical to the kernel.
-IGNORED_ON_V4 = {"nolock", "local_lock=all"}
-#: Per-mount flags: the mounts share the superblock, each keeps its own flag.
-PER_MOUNT = {"noatime", "nosuid"}
-
 
 @pytest.fixture(scope="module")
-def sharing(lab):
-    return {outcome.first: outcome for outcome in measure_superblock_sharing(lab)}
+def sharing(measured):
+    return {(case["first"], case["second"]): case for case in measured.facts["superblock_sharing"]}
 
 
-def test_every_case_was_measured(sharing):
-    assert set(sharing) == {first for first, _ in SHARING_CASES}
+@pytest.mark.parametrize(("first", "second"), LIVE_SHARING_CASES)
+def test_the_code_predicts_which_differences_share_a_superblock(sharing, first, second):
+    case = sharing[(first, second)]
+    predicted = superblock_key(normalize(asked_options(first)).options) == superblock_key(
+        normalize(asked_options(second)).options)
+    assert case["shared"] is predicted, case
 
 
-@pytest.mark.parametrize(("first", "second"), SHARING_CASES)
-def test_which_differences_share_a_superblock(sharing, first, second):
-    shared = first in INHERITED | IGNORED_ON_V4 | PER_MOUNT
-    assert sharing[first].shared is shared, sharing[first]
+@pytest.mark.parametrize(("first", "second"), [(first, second) for first, second in LIVE_SHARING_CASES
+                                               if next(iter(normalize(first).options)) in INHERITED_THROUGH_SUPERBLOCK])
+def test_a_later_mount_silently_runs_with_the_first_mounts_value(sharing, first, second):
+    case = sharing[(first, second)]
+    effective = normalize(case["second_effective"], observed=True).options
+    ((name, value),) = normalize(first).options.items()
+    assert case["shared"] is True and effective.get(name) == value, case
+    assert normalize(second).options.get(name) != value
 
 
-@pytest.mark.parametrize("first", sorted(INHERITED))
-def test_a_later_mount_silently_runs_with_the_first_mounts_value(sharing, first):
-    outcome = sharing[first]
-    effective = normalize(outcome.second_effective, observed=True).options
-    name, value = next(iter(normalize(first).options.items()))
-    asked = normalize(outcome.second).options.get(name)
-    assert effective.get(name) == value, outcome
-    assert asked != value
-
-
-@pytest.mark.parametrize("first", sorted(PER_MOUNT))
-def test_per_mount_flags_stay_with_each_mount(sharing, first):
-    # mountinfo's per-mount options (noatime, nosuid) belong to the mount, not the superblock.
-    assert first not in sharing[first].second_mountinfo
+def test_the_mounts_own_flags_stay_with_each_mount(sharing):
+    # mountinfo's per-mount options (nosuid) belong to the mount, not the superblock.
+    case = sharing[("nosuid", "suid")]
+    assert case["shared"] is True and "nosuid" not in case["second_mountinfo"], case
 
 
 def test_the_agents_finding_names_the_sharing_mounts_and_nothing_else(lab):

@@ -68,6 +68,24 @@ def reported(kube, pod_uid: str) -> dict | None:
     return next((v for v in report["spec"]["volumes"] if v.get("podUid") == pod_uid), None)
 
 
+#: Where the pod's sqlite3 opens its database: the volume's mount path in the container.
+DATABASE = "/data/app.db"
+
+
+def sqlite_reported(kube) -> list[dict]:
+    try:
+        report = kube.custom.get_cluster_custom_object("mountwarden.io", "v1alpha1", "nodemountreports", NODE_NAME)
+    except Exception:  # not written yet
+        return []
+    return [found for found in report["spec"].get("sqlite") or [] if found.get("path") == DATABASE]
+
+
+def _lock_device(fields: list[str]) -> str:
+    """MAJ:MIN (hex in /proc/locks) of a lock line's fields, in decimal as mountinfo prints it."""
+    major, minor, _ = fields[5].split(":")
+    return f"{int(major, 16)}:{int(minor, 16)}"
+
+
 def class_options(kube, name: str) -> list[str]:
     return list(kube.storage.read_storage_class(name).mount_options or [])
 
@@ -115,7 +133,13 @@ def test_two_pods_that_differ_only_in_timeo_share_a_superblock(real_node, kube, 
     wait_for(lambda: reported(kube, first_uid), timeout=TIMEOUT, what="the first pod's volume reported")
     second_uid = run_pod(kube, namespace, "late", second_pv)
     volume = wait_for(lambda: reported(kube, second_uid), timeout=TIMEOUT, what="the second pod's volume reported")
-    assert "timeo=100" in volume["effectiveOptions"] and volume["sharedWith"]
+    first_mount = f"/var/lib/kubelet/pods/{first_uid}/volumes/kubernetes.io~nfs/{first_pv}"
+    assert "timeo=100" in volume["effectiveOptions"] and volume["sharedWith"] == [first_mount]
+    # The kernel's word: both pods' mounts on one superblock (mountinfo's major:minor), with the first one's timeo.
+    first_line, second_line = mountinfo_line(real_node, first_uid, first_pv), mountinfo_line(real_node, second_uid,
+                                                                                            second_pv)
+    assert first_line.split()[2] == second_line.split()[2] == volume["superblock"], (first_line, second_line)
+    assert "timeo=100" in second_line.split(" - ")[1].split()[2].split(","), second_line
     status = wait_for(lambda: (c := compliance(kube, second)) and c["volumes"]["drifted"] == 1 and c,
                       timeout=TIMEOUT, what="the second profile drifted")
     assert {o["reason"] for o in status["worstOffenders"]} == {"SuperblockShared"}
@@ -134,34 +158,53 @@ def test_a_pod_holding_a_sqlite_lock_on_nfs_is_found(real_node, kube, operator, 
     # sqlite3 holds a RESERVED lock (and its -journal) while .shell sleeps inside the transaction.
     hold = ("printf 'CREATE TABLE IF NOT EXISTS t(x);\\nBEGIN IMMEDIATE;\\nINSERT INTO t VALUES (1);\\n"
             ".shell sleep 100000\\n' | sqlite3 /data/app.db")
-    run_pod(kube, namespace, "db", pv, hold)
+    uid = run_pod(kube, namespace, "db", pv, hold)
+    mount_point = f"/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~nfs/{pv}"
     events = wait_for(lambda: [m for r, m in pod_events(kube, namespace, "db") if r == "SQLiteOnNFS"],
                       timeout=TIMEOUT, what="a SQLiteOnNFS Event on the pod")
-    assert "app.db" in events[0] or pv in events[0], events
+    # The database as the process opened it (its path in the container), on the pod's volume, with its lock.
+    assert events[0].startswith(f"{pv} on {NODE_NAME}: SQLite database {DATABASE} in rollback-journal mode on nfs4 "
+                                f"{mount_point}: pid "), events
+    assert "holds RESERVED" in events[0], events
+    (found,) = wait_for(lambda: (r := sqlite_reported(kube)) and r, timeout=TIMEOUT, what="the database reported")
+    device = mountinfo_line(real_node, uid, pv).split()[2]
+    assert (found["path"], found["mode"], found["lock"], found["podUid"], found["volumeName"], found["mountPoint"],
+            found["device"]) == (DATABASE, "rollback", "RESERVED", uid, pv, mount_point, device), found
+    # The kernel's word: the RESERVED byte (1073741825) locked in /proc/locks, on the superblock of the pod's mount.
+    reserved = [line.split() for line in real_node.vm.read_text("/proc/locks").splitlines()
+                if line.split()[-2:] == ["1073741825", "1073741825"]]
+    on_volume = [fields for fields in reserved if _lock_device(fields) == device]
+    assert len(on_volume) == 1 and on_volume[0][1:4] == ["POSIX", "ADVISORY", "WRITE"], (device, reserved)
+    assert int(on_volume[0][4]) == found["pid"], (on_volume, found)
     assert wait_for(lambda: (c := compliance(kube, profile)) and c.get("sqliteDatabases") == 1 and c,
                     timeout=TIMEOUT, what="the profile counting the database")
 
 
-def test_a_rollout_patches_the_pv_and_the_real_remount_is_verified(real_node, kube, operator, namespace, unique):
-    """PatchBoundVolumes: the PV is patched, the Deployment restarted, the kubelet mounts again with the
-    new options, the agent sees them on the new pod, and only then is the rollout Done."""
+def test_a_multi_replica_rollout_patches_the_pv_and_every_real_remount_is_verified(real_node, kube, operator,
+                                                                                   namespace, unique):
+    """PatchBoundVolumes with two replicas on the node: the PV is patched, the Deployment restarted, the kubelet
+    mounts each new replica with the new options (a superblock of their own: acregmax differs, which the kernel
+    compares), the agent sees them, and only then is the rollout Done, with no remount."""
     profile = f"roll-{unique}"
     automatic = {"strategy": "PatchBoundVolumes", "approval": "Automatic"}
     backend = {"provisioner": "nfs.csi.k8s.io"}
+    replicas = 2
     kube.apply_profile(profile_body(profile, "cached", backend=backend, rollout=automatic))
     wait_for(lambda: kube.classes_of(profile), what="v1")
     pv = make_volume(kube, real_node, namespace, f"pv-roll-{unique}", f"{profile}-v1",
                      class_options(kube, f"{profile}-v1"), f"/roll-{unique}")
     kube.apps.create_namespaced_deployment(namespace, {
         "metadata": {"name": "web"},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
                  "template": {"metadata": {"labels": {"app": "web"}}, "spec": pod_spec(pv, pinned=False)}},
     })
-    old = wait_for(lambda: (pods := kube.core.list_namespaced_pod(namespace, label_selector="app=web").items)
-                   and pods[0].status.phase == "Running" and pods[0], timeout=TIMEOUT, what="web Running")
-    wait_for(lambda: reported(kube, old.metadata.uid), timeout=TIMEOUT, what="web's volume reported")
+    old = wait_for(lambda: len(pods := running(kube, namespace, "web")) == replicas and pods, timeout=TIMEOUT * 2,
+                   interval=2, what="both replicas of web Running")
+    wait_for(lambda: all(reported(kube, pod.metadata.uid) for pod in old), timeout=TIMEOUT,
+             what="both replicas' volumes reported")
+    # Before: both replicas on one superblock, with the cached preset's acregmax.
+    assert len({mountinfo_line(real_node, pod.metadata.uid, pv).split()[2] for pod in old}) == 1
     started = time.monotonic()
-    # acregmax differs between the presets: the kernel gives the new mount a superblock of its own.
     kube.apply_profile(profile_body(profile, "staging", backend=backend, rollout=automatic))
     target = f"{profile}-v2"
 
@@ -170,19 +213,27 @@ def test_a_rollout_patches_the_pv_and_the_real_remount_is_verified(real_node, ku
         return rollout if rollout.get("phase") == "Complete" and rollout.get("targetStorageClassName") == target \
             else None
 
-    wait_for(done, timeout=TIMEOUT * 2, interval=2, what=f"the rollout to {target} Complete")
+    rollout = wait_for(done, timeout=TIMEOUT * 3, interval=2, what=f"the rollout to {target} Complete")
     elapsed = time.monotonic() - started
+    (line,) = rollout["workloads"]
+    assert (line["state"], line["reason"], line.get("remounts")) == ("Done", "Verified", None), line
     assert kube.core.read_persistent_volume(pv).spec.mount_options == class_options(kube, target)
-    pods = [p for p in kube.core.list_namespaced_pod(namespace, label_selector="app=web").items
-            if p.metadata.deletion_timestamp is None]
-    assert len(pods) == 1 and pods[0].metadata.uid != old.metadata.uid
-    volume = reported(kube, pods[0].metadata.uid)
-    assert volume is not None and "acregmax=0" in volume["effectiveOptions"]
-    # The kernel's own word: the new pod's mount has the new options.
-    mount_point = f"/var/lib/kubelet/pods/{pods[0].metadata.uid}/volumes/kubernetes.io~nfs/{pv}"
-    line = next(line for line in real_node.vm.read_text("/proc/1/mountinfo").splitlines() if mount_point in line)
-    assert "acregmax=0" in line, line
-    print(f"one-Deployment rollout on the real node: {elapsed:.0f} s")
+    pods = running(kube, namespace, "web")
+    assert len(pods) == replicas and not {pod.metadata.uid for pod in pods} & {pod.metadata.uid for pod in old}
+    for pod in pods:
+        volume = reported(kube, pod.metadata.uid)
+        assert volume is not None and {"acregmin=0", "acregmax=0", "lookupcache=positive"} <= set(
+            volume["effectiveOptions"]), volume
+    # The kernel's own word: every new replica's mount has the new options, on one new superblock.
+    lines = [mountinfo_line(real_node, pod.metadata.uid, pv) for pod in pods]
+    assert all("acregmax=0" in line.split(" - ")[1].split()[2].split(",") for line in lines), lines
+    assert len({line.split()[2] for line in lines}) == 1, lines
+    print(f"{replicas}-replica Deployment rollout on the real node: {elapsed:.0f} s")
+
+
+def running(kube, namespace: str, app: str) -> list:
+    return [p for p in kube.core.list_namespaced_pod(namespace, label_selector=f"app={app}").items
+            if p.metadata.deletion_timestamp is None and p.status.phase == "Running"]
 
 
 def test_a_new_pod_on_a_superblock_kept_alive_by_another_pod_blocks_until_the_mounts_agree(

@@ -23,6 +23,7 @@ HANDLER_REASONS = {"Reconciled", "InvalidSpec", "VersionCreated", "OptionWarning
 
 
 def test_generated_references_match_the_code():
+    assert "kernel-behaviour.md" in rendered()
     for name, text in rendered().items():
         page = ROOT / "docs" / "reference" / name
         assert page.exists() and page.read_text() == text, f"{page} is out of date: run `make docs`"
@@ -51,6 +52,7 @@ def test_the_rollout_tables_give_every_documented_reason_and_no_other():
 
 def test_every_entry_says_what_to_do():
     entries = re.split(r"^### ", RUNBOOK, flags=re.MULTILINE)[1:]
+    assert len(entries) >= 20, len(entries)
     for entry in entries:
         title, _, body = entry.partition("\n")
         assert len(body.split()) >= 8, f"the runbook entry {title} is too thin to act on"

@@ -1,19 +1,33 @@
 """The measured kernel facts that `options presets` and the docs quote: current, and agreeing with the code.
 
-The file is written by `make kernel-facts` (the kernel lab); the kernel tests measure the same
-things live on every `make test`. These checks need no VM: they catch a preset or a prediction
-changed without measuring again.
+The file is written by `make kernel-facts` (the kernel lab); tests/kernel/test_kernel_facts_live.py
+measures its deterministic facts again on every `make test` and compares. These checks need no
+VM: they catch a preset, a prediction or a class of options changed without measuring again, and
+hold the superblock comparison (superblock_key), the options a shared superblock explains and the
+ones that give a superblock of its own to the complete measured table.
 """
 
 from pathlib import Path
 
 import pytest
 
+from mountwarden.core.options.compare import SEPARATE_SUPERBLOCK
 from mountwarden.core.options.kernelfacts import facts, preset_measurement
-from mountwarden.core.options.normalize import kernel_io_size, normalize
+from mountwarden.core.options.normalize import (
+    IGNORED_ON_NFS4,
+    IGNORED_OPTIONS,
+    INHERITED_THROUGH_SUPERBLOCK,
+    PER_MOUNT_OPTIONS,
+    kernel_io_size,
+    normalize,
+    superblock_key,
+    with_kernel_defaults,
+)
 from mountwarden.core.options.presets import DEPRECATED, EFS_PROVISIONER, PRESETS, CachePolicy
-from mountwarden.core.options.table import BY_NAME
+from mountwarden.core.options.syntax import parse_option_tokens
+from mountwarden.core.options.table import BY_NAME, OPTIONS, SPELLINGS, Origin, exclusive_group
 from mountwarden.core.policy import resolve_policy
+from mountwarden.lab.experiments import NOT_MEASURED, SHARING_CASES, asked_options
 
 
 @pytest.mark.parametrize("preset", [str(name) for name in PRESETS])
@@ -26,17 +40,6 @@ def test_every_preset_was_measured_with_its_current_options(preset):
 @pytest.mark.parametrize("outcome", facts()["io_sizes"], ids=lambda o: str(o["asked"]))
 def test_the_io_size_prediction_matches_the_measurement(outcome):
     assert kernel_io_size(outcome["asked"], outcome["server_max"]) == outcome["rsize"] == outcome["wsize"]
-
-
-def test_the_options_said_to_be_inherited_through_a_shared_superblock_are_the_measured_ones():
-    shared = {normalize(case["first"]).canonical.split(",")[-1].split("=")[0].removeprefix("no")
-              for case in facts()["superblock_sharing"] if case["shared"]}
-    for name in ("timeo", "retrans", "resvport", "nconnect"):
-        assert name in shared
-        assert "first one's" in BY_NAME[name].consequence or "first mount" in BY_NAME[name].consequence
-    for case in facts()["superblock_sharing"]:
-        if case["first"].startswith(("ro", "sync", "rsize", "acregmax", "lookupcache", "nocto", "soft")):  # v4.1
-            assert not case["shared"], case
 
 
 def test_nolock_is_local_only_on_nfsv3():
@@ -90,24 +93,69 @@ def test_the_deprecated_presets_were_measured_as_they_were():
     assert 1.0 <= coherent.stat_staleness_seconds <= 3.5
 
 
-def test_what_a_shared_superblock_explains_is_what_was_measured():
-    from mountwarden.core.options.compare import INHERITED_THROUGH_SUPERBLOCK, SEPARATE_SUPERBLOCK
+MEASURED_PAIRS = [case for case in facts()["superblock_sharing"] if case["shared"] is not None]
 
-    def option_of(case):
-        last = case["first"].split(",")[-1]
-        name = next(iter(normalize(last).options), last.split("=")[0])
-        return {"soft": "hard", "softerr": "hard"}.get(name, name)
 
-    cases = [case for case in facts()["superblock_sharing"] if not case["first"].startswith("vers=")]
-    shared = {option_of(case) for case in cases if case["shared"]}
-    separate = {option_of(case) for case in cases if not case["shared"]}
-    assert set(INHERITED_THROUGH_SUPERBLOCK) <= shared
-    measured_separately = {"sync", "acregmax", "acregmin", "lookupcache", "cto", "hard", "ro", "rsize"}
-    assert measured_separately <= separate
-    on_v3 = {option_of(case) for case in facts()["superblock_sharing"]
-             if case["first"].startswith("vers=3") and not case["shared"]}
-    assert on_v3 == {"lock", "local_lock"}  # NFSv3 compares them; NFSv4 ignores them (shared above)
-    assert {name for name in SEPARATE_SUPERBLOCK if name not in ("acdirmin", "acdirmax")} <= separate | on_v3
+def _options(side: str) -> dict:
+    return with_kernel_defaults(normalize(asked_options(side)).options)
+
+
+def _differing(case: dict) -> set[str]:
+    """The canonical options the two sides of a case differ in (one flag of an exclusive group stands for it)."""
+    first, second = _options(case["first"]), _options(case["second"])
+    names = {name for name in first.keys() | second.keys() if first.get(name) != second.get(name)}
+    return {(exclusive_group(name) or (name,))[0] for name in names}
+
+
+def test_the_sharing_table_is_complete_for_the_options_the_kernel_sees():
+    """Every option of the table that reaches the kernel is measured pair by pair, or NOT_MEASURED says why."""
+    covered = {SPELLINGS[name].name for first, second in SHARING_CASES
+               for name, _ in parse_option_tokens(f"{asked_options(first)},{asked_options(second)}")}
+    reaching = {spec.name for spec in OPTIONS if spec.origin in (Origin.NFS, Origin.VFS, Origin.SECURITY)}
+    assert reaching - covered == set(NOT_MEASURED), sorted((reaching - covered) ^ set(NOT_MEASURED))
+    refused = {case["first"]: case["refused"] for case in facts()["superblock_sharing"] if case["shared"] is None}
+    # Linux 6.1 knows no xprtsec (RPC-with-TLS came in 6.5) and mount.nfs refuses migration: both recorded as such.
+    assert sorted(refused) == ["migration", "xprtsec=tls"], refused
+    assert {case["first"] for case in facts()["superblock_sharing"]} == {first for first, _ in SHARING_CASES}, (
+        "kernel_facts.json does not hold the cases of SHARING_CASES: run `make kernel-facts`")
+
+
+@pytest.mark.parametrize("case", MEASURED_PAIRS, ids=lambda case: f"{case['first']}|{case['second']}")
+def test_superblock_key_predicts_every_measured_pair(case):
+    first, second = normalize(asked_options(case["first"])).options, normalize(asked_options(case["second"])).options
+    assert (superblock_key(first) == superblock_key(second)) is case["shared"], _differing(case)
+
+
+def test_each_class_of_options_is_the_measured_one():
+    """Shared pairs: the second runs with the first's value (inherited), keeps its own flag (per mount) or neither
+    prints it (ignored); every other pair gets a superblock of its own (separate)."""
+    inherited, per_mount, ignored, separate = set(), set(), set(), set()
+    for case in MEASURED_PAIRS:
+        names = _differing(case)
+        if not case["shared"]:
+            separate |= names
+            continue
+        effective = with_kernel_defaults(normalize(case["second_effective"], observed=True).options)
+        first = _options(case["first"])
+        if names <= set(PER_MOUNT_OPTIONS):
+            per_mount |= names
+        elif all(name in effective and effective[name] == first.get(name) for name in names):
+            inherited |= names
+        else:
+            ignored |= names
+    assert inherited == set(INHERITED_THROUGH_SUPERBLOCK)
+    assert per_mount == {(exclusive_group(name) or (name,))[0] for name in PER_MOUNT_OPTIONS}
+    assert ignored == set(IGNORED_OPTIONS) | set(IGNORED_ON_NFS4)
+    assert separate == set(SEPARATE_SUPERBLOCK)
+    v3 = {name for case in MEASURED_PAIRS if case["first"].startswith("vers=3") and not case["shared"]
+          for name in _differing(case)}
+    assert set(IGNORED_ON_NFS4) <= v3  # ignored on NFSv4, compared on NFSv3
+
+
+def test_options_said_to_be_taken_from_a_shared_superblock_say_so():
+    assert INHERITED_THROUGH_SUPERBLOCK
+    for name in INHERITED_THROUGH_SUPERBLOCK:
+        assert "first one's" in BY_NAME[name].consequence or "first mount" in BY_NAME[name].consequence, name
 
 
 def test_the_readme_presets_table_shows_the_options_and_staleness_the_lab_measured():

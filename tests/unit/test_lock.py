@@ -76,6 +76,7 @@ def dev() -> dict[str, list[Pin]]:
                                                    ("build.txt", BUILD)])
 def test_every_requirement_of_pyproject_is_locked_within_its_bounds(lock_name, wanted):
     lock = read_lock(LOCKS / lock_name)
+    assert wanted and lock
     for req in wanted:
         pins = lock.get(canonicalize_name(req.name))
         assert pins, f"{req.name} is in pyproject.toml but not in requirements/{lock_name}: run `make lock`"
@@ -95,6 +96,7 @@ def test_the_locks_hold_no_direct_dependency_that_pyproject_dropped(dev):
 
 @pytest.mark.parametrize("lock_name", ["runtime.txt", "build.txt"])
 def test_the_image_gets_the_versions_the_tests_ran(dev, lock_name):
+    assert read_lock(LOCKS / lock_name), lock_name
     for name, pins in read_lock(LOCKS / lock_name).items():
         assert name in dev, f"requirements/{lock_name} has {name}, requirements/dev.txt does not: run `make lock`"
         tested = {(pin.version, pin.marker) for pin in dev[name]}

@@ -212,6 +212,7 @@ def test_nconnect_connections_from_the_rdma_capture(tmp_path):
     assembled = assemble_proc_root(tmp_path, mounts, sample=RDMA_NCONNECT)
     volumes = by_mount_point(scan_dir(assembled.path))
 
+    assert len(volumes) == 2
     for volume in volumes.values():
         assert volume.connections == 8
         assert "nconnect=8" in volume.effective_options and "proto=rdma" in volume.effective_options

@@ -50,7 +50,8 @@ def test_explain_says_what_the_kernel_makes_of_504_kib():
 
 def test_explain_nosharecache_carries_nfs5s_data_risk_and_what_the_lab_measured():
     (explained,) = json.loads(run("options", "explain", "nosharecache", "--json").stdout)["options"]
-    assert "differ only in timeo, retrans, resvport or nconnect" in explained["consequence"]
+    assert ("differ only in timeo, retrans, resvport, nconnect, max_connect, fsc, bsize or mountproto"
+            in explained["consequence"])
     assert "nfs(5) calls that a data risk" in explained["consequence"]
 
 

@@ -58,6 +58,7 @@ def test_every_preset_states_its_whole_promise():
 
 
 def test_no_preset_is_offered_for_sqlite_or_small_file_trees():
+    assert len(PRESETS) >= 4
     for preset in PRESETS.values():
         assert "sqlite" not in preset.use_for.lower() and "build" not in preset.use_for.lower(), preset.name
         assert "SQLite" in preset.not_for, preset.name

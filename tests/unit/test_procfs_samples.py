@@ -48,6 +48,7 @@ def test_local_copies_are_byte_for_byte_the_shared_samples(name):
 def test_sources_md_names_every_local_copy_and_its_license():
     sources = (LOCAL_SAMPLES / "SOURCES.md").read_text(encoding="utf-8")
 
+    assert LOCAL_COPIES
     for name in LOCAL_COPIES:
         (row,) = [line for line in sources.splitlines() if line.startswith(f"| `{name}` |")]
         assert "MIT" in row or "Apache-2.0" in row, row

@@ -1,7 +1,16 @@
 """docs/reference/kernel-behaviour.md, rendered from the kernel lab's measured facts."""
 
 from mountwarden.core.options.kernelfacts import FACTS_FILE
-from mountwarden.core.options.normalize import kernel_io_size
+from mountwarden.core.options.normalize import (
+    IGNORED_ON_NFS4,
+    IGNORED_OPTIONS,
+    INHERITED_THROUGH_SUPERBLOCK,
+    PER_MOUNT_OPTIONS,
+    kernel_io_size,
+    normalize,
+)
+from mountwarden.lab.experiments import LIVE_SHARING_CASES, NOT_MEASURED
+from mountwarden.lab.factscheck import RPC_TOLERANCE_CALLS, RPC_TOLERANCE_SHARE, STALENESS_TOLERANCE_SECONDS
 
 HEADER = (f"<!-- Generated from operator/mountwarden/core/options/{FACTS_FILE} by `mountwarden docs` (make docs); "
           "measure again with `make kernel-facts`. Do not edit. -->\n\n")
@@ -28,23 +37,45 @@ def render(facts: dict) -> str:
     server = facts["server"]
     lines = [
         HEADER + "# Kernel behaviour, measured", "",
-        f"Measured on Linux `{facts['kernel']}` (Debian 12) in the kernel lab (`mountwarden lab`): the kernel's "
-        "own NFS client and server in one QEMU VM, each client an independent network namespace (its own "
-        f"NFS client, superblocks, caches and connections). The server offers rsize/wsize up to "
-        f"{server['max_block_size']} and grants no delegations, as EFS grants none. The kernel tests "
-        "(`tests/kernel`) assert the same facts on every `make test`.", "",
+        f"Measured on {facts.get('measured', 'an unrecorded day')} on Linux `{facts['kernel']}` (Debian 12) in the "
+        "kernel lab (`mountwarden lab`): the kernel's own NFS client and server in one QEMU VM, each client an "
+        "independent network namespace (its own NFS client, superblocks, caches and connections). The server "
+        f"offers rsize/wsize up to {server['max_block_size']} and grants "
+        f"{'delegations' if server['delegations'] else 'no delegations'}, as EFS grants none (measured: no DELEG "
+        "line in /proc/locks for a file a client holds open).", "",
+        "Every `make test` measures the facts the kernel gives the same on every run again "
+        "(`tests/kernel/test_kernel_facts_live.py`: the release, the server, the pairs of the sharing table marked "
+        "*live* below, nconnect, rsize/wsize, the printed options and the locks) and compares them with this file "
+        "exactly; it compares each preset's staleness within "
+        f"{STALENESS_TOLERANCE_SECONDS:g} s (0 s and \"still missing\" exactly) and the RPCs of each workload within "
+        f"{RPC_TOLERANCE_CALLS} or {RPC_TOLERANCE_SHARE:.0%}, whichever is larger (`tests/kernel/test_presets.py`). "
+        "The lab reads /proc a second time as plain text and stat() and checks the parsers against it "
+        "(`tests/kernel/test_raw_reading.py`).", "",
         "## Which mounts share a superblock", "",
-        "Two mounts of one export through one client, the second differing in one option. A shared superblock "
-        "keeps the options of the mount that created it: the second silently runs with those.", "",
-        _sharing_summary(facts["superblock_sharing"]), "",
+        "Two mounts of one export through one client, the second differing in one option, every option of "
+        "nfs(5) a StorageClass or PV can carry that the lab can serve. The kernel compares the file system (the "
+        "server's fsid), not the path: two paths of one export share a superblock like two mounts of the same "
+        "path. A shared superblock keeps the options of the mount that created it, and lives while any mount "
+        "holds it: a later mount silently runs with those.", "",
+        *_sharing_summary(facts["superblock_sharing"]), "",
     ]
+    live = {first for first, _ in LIVE_SHARING_CASES}
     rows = []
     for case in facts["superblock_sharing"]:
-        name = case["first"].split(",")[-1].split("=")[0].removeprefix("no")
-        runs_with = _option_value(case["second_effective"], name) if case["shared"] else "its own options"
-        rows.append([_code(case["first"]), _code(case["second"]), "**shared**" if case["shared"] else "separate",
-                     _code(runs_with) if case["shared"] else runs_with])
-    lines += _table(["first mount", "second mount", "superblock", "the second mount runs with"], rows)
+        if case["shared"] is None:
+            outcome, runs_with = "refused", case["refused"]
+        elif case["shared"]:
+            name = _differing_name(case)
+            outcome, runs_with = "**shared**", _code(_option_value(case["second_effective"], name))
+        else:
+            outcome, runs_with = "separate", "its own options"
+        rows.append([_code(case["first"]), _code(case["second"]) or "(none)", outcome, runs_with,
+                     "live" if case["first"] in live else ""])
+    lines += _table(["first mount", "second mount", "superblock", "the second mount runs with", "every make test"],
+                    rows)
+    lines += ["Not measured, and why:", "", *(f"- `{name}`: {why}." for name, why in sorted(NOT_MEASURED.items())),
+              "- the options of mount.nfs and efs-utils (`bg`, `retry`, `tls`, `accesspoint`...): they never reach "
+              "the kernel.", ""]
     nconnect = facts["nconnect"]
     lines += [
         "## nconnect", "",
@@ -83,16 +114,28 @@ def render(facts: dict) -> str:
     return "\n".join(lines)
 
 
-def _sharing_summary(cases: list[dict]) -> str:
-    shared = [case["first"] for case in cases if case["shared"]]
-    separate = [case["first"] for case in cases if not case["shared"]]
-    return (f"Measured: the kernel shares a superblock between mounts that differ in {', '.join(map(_code, shared))} "
-            "(the per-mount flags noatime and nosuid stay the mount's own; NFSv4 ignores nolock and local_lock "
-            f"anyway, NFSv3 compares them), and gives a superblock of its own to a mount that differs in {', '.join(map(_code, separate))}. "
-            "So the options a later mount can silently lose to a shared superblock are timeo, retrans, resvport and "
-            "nconnect. `nosharecache` always gives a mount a superblock of its own, but nfs(5) calls that a data "
-            "risk: multiple cached copies of the same file on one client can become out of sync after a local "
-            "update of one of them. Prefer giving the mounts of one export on a node the same values of those options.")
+def _differing_name(case: dict) -> str:
+    first, second = normalize(case["first"]).options, normalize(case["second"]).options
+    return next((name for name in first if first.get(name) != second.get(name)), case["first"].split("=")[0])
+
+
+def _names(names) -> str:
+    return ", ".join(f"`{name}`" for name in names)
+
+
+def _sharing_summary(cases: list[dict]) -> list[str]:
+    separate = sorted({_differing_name(case) for case in cases if case["shared"] is False})
+    return [
+        f"- **Inherited** (not compared; the later mount runs with the first one's value): "
+        f"{_names(INHERITED_THROUGH_SUPERBLOCK)}. These are what a SuperblockShared finding explains.",
+        f"- **The mount's own** (shared superblock, each mount keeps its flag): {_names(PER_MOUNT_OPTIONS)}.",
+        f"- **Ignored** (shared, and nothing shows them): {_names(IGNORED_OPTIONS)}; on NFSv4 also "
+        f"{_names(IGNORED_ON_NFS4)}, which NFSv3 compares.",
+        f"- **A superblock of its own** when they differ: {_names(separate)}. `nosharecache` always gives one, but "
+        "nfs(5) calls that a data risk: multiple cached copies of the same file on one client can become out of "
+        "sync after a local update of one of them. Prefer giving the mounts of one file system on a node the same "
+        "values of the inherited options.",
+    ]
 
 
 def _presets_section(presets: dict, seconds: float, title: str, intro: str = "") -> list[str]:

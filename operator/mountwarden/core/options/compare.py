@@ -188,10 +188,11 @@ class OriginHints:
     shared_with: Sequence[str] = field(default_factory=tuple)
 
 
-#: Options in which a difference gives a later mount a superblock of its own (kernel lab; lock and
-#: local_lock measured on NFSv3, which NFSv4 ignores anyway).
-SEPARATE_SUPERBLOCK: tuple[str, ...] = ("sync", *ATTRIBUTE_CACHE_TIMES, "lookupcache", "cto", "hard", "ro", "rsize",
-                                        "lock", "local_lock")
+#: Options in which a difference gives a later mount a superblock of its own (kernel lab; lock, local_lock and acl
+#: measured on NFSv3, which NFSv4 ignores anyway).
+SEPARATE_SUPERBLOCK: tuple[str, ...] = ("vers", "ro", "sync", *ATTRIBUTE_CACHE_TIMES, "lookupcache", "cto", "hard",
+                                        "softreval", "rsize", "wsize", "rdirplus", "sharecache", "write", "posix",
+                                        "trunkdiscovery", "port", "lock", "local_lock", "acl")
 
 
 def probable_origin(names: Iterable[str], hints: OriginHints) -> str:

@@ -353,26 +353,39 @@ def kernel_io_size(asked: int, server_max: int | None = None) -> int:
     return size
 
 
-#: Options a later mount silently takes from a superblock it shares (kernel lab,
-#: tests/kernel/test_superblocks.py: the kernel does not compare them when it looks for a superblock
-#: to share); a mount differing in any behaviour option gets its own.
-INHERITED_THROUGH_SUPERBLOCK: tuple[str, ...] = ("timeo", "retrans", "resvport", "nconnect")
+# What decides whether a later mount of a file system through the same NFS client gets the existing superblock,
+# measured option by option in the kernel lab (docs/reference/kernel-behaviour.md, `make kernel-facts`; the
+# unit tests hold these to kernel_facts.json, and every `make test` measures a subset again).
 
-#: What the kernel does not compare when it gives a later mount of the same export, through the same
-#: client, the existing superblock (kernel lab): the transport settings above, options NFSv4 ignores
-#: (lock, local_lock: on NFSv3 a difference in them does give a superblock of its own), and per-mount
-#: VFS flags (each mount keeps its own).
+#: Options a later mount silently takes from a superblock it shares: the kernel does not compare them, and the
+#: later mount runs with the first one's value (timeo, retrans, resvport, fsc and bsize are the superblock's;
+#: nconnect and max_connect the client's; mountproto NFSv3's MOUNT transport).
+INHERITED_THROUGH_SUPERBLOCK: tuple[str, ...] = ("timeo", "retrans", "resvport", "nconnect", "max_connect", "fsc",
+                                                 "bsize", "mountproto")
+#: The mount's own VFS flags: mounts sharing a superblock each keep theirs.
+PER_MOUNT_OPTIONS: tuple[str, ...] = ("suid", "dev", "exec", "relatime", "noatime", "strictatime", "nodiratime")
+#: Accepted and kept nowhere /proc shows, nor compared: they neither separate mounts nor show in effect.
+IGNORED_OPTIONS: tuple[str, ...] = ("intr", "lazytime", "dirsync", "namlen", "context")
+#: What NFSv4 ignores (locks always reach the server; no NFSACL side protocol); NFSv3 compares them.
+IGNORED_ON_NFS4: tuple[str, ...] = ("lock", "local_lock", "acl")
+
+#: What the kernel does not compare when it gives a later mount of the same file system, through the same client,
+#: the existing superblock; a difference in any other option it was measured with gives a superblock of its own.
 NOT_COMPARED_FOR_SUPERBLOCK = frozenset({
-    *INHERITED_THROUGH_SUPERBLOCK, "max_connect", "lock", "local_lock",
-    "suid", "dev", "exec", "relatime", "noatime", "strictatime", "nodiratime", "lazytime",
+    *INHERITED_THROUGH_SUPERBLOCK, *PER_MOUNT_OPTIONS, *IGNORED_OPTIONS, *IGNORED_ON_NFS4,
 })
 
 
 def superblock_key(options: Mapping[str, OptionValue]) -> tuple[tuple[str, OptionValue], ...]:
-    """The options that decide whether two mounts of one export through one client share a superblock."""
+    """The options that decide whether two mounts of one file system through one client share a superblock.
+
+    Equal keys share (unless either says nosharecache); rsize and wsize are compared as the kernel holds them,
+    after negotiation, so pass what the server settled where it differs from what was asked.
+    """
     effective = with_kernel_defaults(options)
+    compared_on_v3 = () if str(effective.get("vers", "4")).startswith("4") else IGNORED_ON_NFS4
     return tuple(sorted((name, value) for name, value in effective.items()
-                        if name not in NOT_COMPARED_FOR_SUPERBLOCK))
+                        if name not in NOT_COMPARED_FOR_SUPERBLOCK or name in compared_on_v3))
 
 
 def normalize(options: str | Iterable[str] | None, *, observed: bool = False) -> NormalizedOptions:

@@ -112,7 +112,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
           "ignored (kernel lab). Linux 5.3 or later (nfs(5)).",
           minimum=1, maximum=16, default=1),
     _spec("max_connect", Kind.NUMBER, NFS, PERFORMANCE, "Upper bound on transports added by session trunking.",
-          minimum=1, maximum=16, default=1),
+          "Fixed per client, like nconnect: a later mount of the same server runs with the first one's "
+          "(kernel lab).", minimum=1, maximum=16, default=1),
     _spec("rsize", Kind.NUMBER, NFS, PERFORMANCE, "Largest READ payload in bytes (negotiated down to the server's maximum).",
           "Small values multiply round trips; EFS accepts up to 1 MiB.", minimum=1, maximum=_U32),
     _spec("wsize", Kind.NUMBER, NFS, PERFORMANCE, "Largest WRITE payload in bytes (negotiated down to the server's maximum).",
@@ -171,16 +172,20 @@ OPTIONS: tuple[OptionSpec, ...] = (
           choices=("none", "flock", "posix", "all"), default="none"),
     _spec("acl", Kind.SWITCH, NFS, IDENTITY, "Use the NFSACL side protocol (NFSv3).", negation="noacl", default=True),
     _spec("sharecache", Kind.SWITCH, NFS, CONSISTENCY, "Share one superblock and cache between mounts of the same export.",
-          "With sharecache (the default) a later mount of the same export through the same client shares the "
-          "first mount's superblock when they differ only in timeo, retrans, resvport or nconnect, and silently "
-          "runs with the first one's values; a difference in ro, sync, rsize/wsize, the ac* times, lookupcache, "
-          "cto, hard/soft or rdirplus gives it a superblock of its own (kernel lab). nosharecache always does, "
+          "With sharecache (the default) a later mount of the same file system (any path of it) through the same "
+          "client shares the first mount's superblock when they differ only in timeo, retrans, resvport, "
+          "nconnect, max_connect, fsc, bsize or mountproto, and silently runs with the first one's values (or in "
+          "options the kernel ignores, or in the mount's own flags such as noatime and nosuid); a difference in "
+          "vers, ro, sync, rsize/wsize, the ac* times, lookupcache, cto, hard/soft/softerr, rdirplus, write, "
+          "posix or trunkdiscovery (on NFSv3 also lock, local_lock, acl and port) gives it a superblock of its "
+          "own (kernel lab). nosharecache always does, "
           "and nfs(5) calls that a data risk: multiple cached copies of the same file on one client can "
           "become out of sync after a local update of one of them.",
           negation="nosharecache", default=True),
     _spec("rdirplus", Kind.SWITCH, NFS, PERFORMANCE, "Use READDIRPLUS to fetch attributes with directory listings.",
           negation="nordirplus", default=True),
     _spec("fsc", Kind.SWITCH, NFS, PERFORMANCE, "Use the local FS-Cache (cachefilesd) for file data.",
+          "Not compared when mounts share a superblock: a later mount runs with the first one's (kernel lab).",
           negation="nofsc", default=False),
     _spec("write", Kind.CHOICE, NFS, DURABILITY, "When cached writes are sent: lazy (default), eager or wait.",
           "eager/wait trade throughput for earlier error reporting.", choices=("lazy", "eager", "wait"), default="lazy"),
@@ -196,7 +201,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
     _spec("migration", Kind.SWITCH, NFS, IDENTITY, "Support NFSv4 transparent state migration.", negation="nomigration",
           default=False),
     _spec("trunkdiscovery", Kind.SWITCH, NFS, PERFORMANCE, "Discover session trunking (NFSv4.1+).", negation="notrunkdiscovery"),
-    _spec("bsize", Kind.NUMBER, NFS, PERFORMANCE, "Block size reported to applications.", minimum=0, maximum=_U32),
+    _spec("bsize", Kind.NUMBER, NFS, PERFORMANCE, "Block size reported to applications.",
+          "Not compared when mounts share a superblock: a later mount runs with the first one's (kernel lab).",
+          minimum=0, maximum=_U32),
     _spec("namlen", Kind.NUMBER, NFS, IDENTITY, "Longest file name the server allows (reported, rarely set).",
           minimum=0, maximum=_U32),
     _spec("addr", Kind.TEXT, NFS, IDENTITY, "Server address the kernel talks to."),
@@ -205,6 +212,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     _spec("mounthost", Kind.TEXT, HELPER, IDENTITY, "Host name of the NFSv2/v3 mountd."),
     _spec("mountport", Kind.NUMBER, NFS, IDENTITY, "Port of the NFSv2/v3 mountd.", minimum=0, maximum=65535),
     _spec("mountproto", Kind.CHOICE, NFS, IDENTITY, "Transport for the NFSv2/v3 MOUNT protocol.",
+          "Not compared when mounts share a superblock: a later mount runs with the first one's (kernel lab).",
           choices=("tcp", "tcp6", "udp", "udp6")),
     _spec("mountvers", Kind.NUMBER, NFS, IDENTITY, "Version of the NFSv2/v3 MOUNT protocol.", minimum=1, maximum=3),
     _spec("rdma", Kind.FLAG, NFS, PERFORMANCE, "Use the RDMA transport (proto=rdma)."),
