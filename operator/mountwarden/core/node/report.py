@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from mountwarden.core.findings import Finding, Reason, Severity
-from mountwarden.core.node.activity import Activity, ProcessSamples
+from mountwarden.core.node.activity import Activity, ProcessSamples, StuckProcess
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +51,8 @@ class ReportedMount:
     processes: ProcessSamples | None = None
     #: Whether the server answered the agent's probe (None: not probed).
     server_responding: bool | None = None
+    #: The pod's processes in uninterruptible sleep on the volume at the agent's last sample.
+    stuck_processes: tuple[StuckProcess, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +72,20 @@ class SqliteUse:
                        evidence={key: value for key, value in evidence.items() if value})
 
 
+@dataclass(frozen=True, slots=True)
+class NodeFinding:
+    """A finding the agent made on its node (core/node/failures.py): about one pod, or about the node itself.
+
+    The agent may not know pods' names: it names them by UID, and whoever shows the finding names them.
+    """
+
+    finding: Finding
+    #: The pod it is about (its volume); None for a finding about the node.
+    pod_uid: str | None = None
+    #: For a finding about the node: the pods it concerns (a server's), by UID.
+    pods: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True)
 class NodeReport:
     node: str
@@ -78,6 +94,8 @@ class NodeReport:
     sqlite: tuple[SqliteUse, ...] = ()
     #: The node's kernel release (what its NFS client can do: nconnect since 5.3); None from older agents.
     kernel_release: str | None = None
+    #: How the node's mounts broke, as the agent judged them (core/node/failures.py).
+    findings: tuple[NodeFinding, ...] = ()
     _by_pod_volume: dict[tuple[str | None, str], ReportedMount] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -134,6 +152,8 @@ def of_own_pods(report: NodeReport, node_of: Callable[[str], str | None]) -> tup
 
     mounts = tuple(m for m in report.mounts if own(m.pod_uid, f"volume {m.volume_name}"))
     sqlite = tuple(u for u in report.sqlite if own(u.pod_uid, f"SQLite {u.path or u.volume_name or 'database'}"))
-    if not foreign:
+    findings = tuple(replace(f, pods=tuple(uid for uid in f.pods if node_of(uid) == report.node))
+                     for f in report.findings if own(f.pod_uid, str(f.finding.reason)))
+    if not foreign and findings == report.findings:
         return report, foreign
-    return replace(report, mounts=mounts, sqlite=sqlite), foreign
+    return replace(report, mounts=mounts, sqlite=sqlite, findings=findings), foreign
