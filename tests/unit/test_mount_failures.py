@@ -341,3 +341,53 @@ def test_a_pod_no_controller_recreates_is_never_evicted():
 def test_remedies_name_their_placeholders_the_way_the_runbook_writes_them():
     for reason in REMEDIES:
         assert not re.search(r"\{\w+\}", runbook_form(reason)), reason
+
+
+# -- the operator's view: pods named, findings where they belong -----------------------------------------------
+
+
+def placements(*pods) -> "PodPlacements":
+    from mountwarden.adapters.pods import PodPlacements
+
+    known = PodPlacements()
+    known.load(pods)
+    known.synced.set()
+    return known
+
+
+def test_the_operator_names_the_pods_puts_each_finding_on_its_object_and_waits_out_orphans():
+    from mountwarden.adapters.pods import PodPlacement
+    from mountwarden.handlers.failures import FAILURE_POLICY, MountFailures
+
+    stale = NodeFinding(stale_handles(NodeFacts([volume("data", pod="uid-a")], answers={
+        volume("data", pod="uid-a").mount_point: ProbeAnswer.STALE}))[0].finding, "uid-a")
+    down = NodeFinding(servers_not_responding(NodeFacts(
+        [volume("data", pod="uid-a")], answers={volume("data", pod="uid-a").mount_point: ProbeAnswer.NO_ANSWER}))[
+        0].finding, None, ("uid-a",))
+    deleting = PodPlacement("uid-b", "ns", "leaving", "n1", ("c",), (NOW - timedelta(minutes=10)).isoformat())
+    pods = placements(PodPlacement("uid-a", "ns", "app", "n1", ("c",)), deleting)
+    failures = MountFailures()
+    stuck = (StuckProcess(9, "sh", "folio_wait_bit_common"),)
+    failures.follow("n1", report(mount("data", "uid-a"), mount("logs", "uid-b", stuck_processes=stuck),
+                                 mount("old", "uid-gone"), findings=[stale, down]))
+    first = failures.judge("n1", pods, now=NOW, after=timedelta(minutes=3), stale_after=timedelta(minutes=15))
+    by_reason = {f.reason: f for f in first}
+    assert set(by_reason) == {Reason.STALE_FILE_HANDLE, Reason.SERVER_NOT_RESPONDING, Reason.STUCK_TERMINATING}
+    on_pod = by_reason[Reason.STALE_FILE_HANDLE]
+    assert (on_pod.subject.kind, on_pod.subject.name, on_pod.profile) == ("Pod", "app", FAILURE_POLICY)
+    assert "volume data of pod ns/app" in on_pod.message and on_pod.message.endswith(on_pod.remedy)
+    on_node = by_reason[Reason.SERVER_NOT_RESPONDING]
+    assert (on_node.subject.kind, on_node.subject.uid) == ("Node", "n1") and "Pods: ns/app." in on_node.message
+    assert by_reason[Reason.STUCK_TERMINATING].subject.name == "leaving"
+    # The mount of a pod the cluster does not know is an orphan only once it stays so for ``after``.
+    later = failures.judge("n1", pods, now=NOW + timedelta(minutes=4), after=timedelta(minutes=3),
+                           stale_after=timedelta(minutes=15))
+    (orphan,) = [f for f in later if f.reason is Reason.ORPHANED_MOUNT]
+    assert orphan.subject.kind == "Node" and orphan.evidence["podUid"] == "uid-gone"
+    assert failures.found(Reason.STALE_FILE_HANDLE) == [f for f in later if f.reason is Reason.STALE_FILE_HANDLE]
+    # A report too old proves nothing; a report gone takes its failures along.
+    assert failures.judge("n1", pods, now=NOW + timedelta(hours=1), after=timedelta(minutes=3),
+                          stale_after=timedelta(minutes=15)) == []
+    failures.follow("n1", None)
+    assert failures.judge("n1", pods, now=NOW, after=timedelta(0), stale_after=timedelta(minutes=15)) == []
+    assert failures.nodes == []
