@@ -136,6 +136,7 @@ def test_the_agent_finds_the_stale_handle_on_the_pod_whose_volume_it_is(broken):
     # The server answered (with ESTALE): not a server that does not respond.
     assert volume_of(found, stale)["serverResponding"] is True
     assert f"StaleFileHandle: volume stale of pod UID {POD_UID}" in found.stderr
+    print(f"the agent's StaleFileHandle: {failure['message']}")
 
 
 def test_the_stale_handle_goes_once_the_pod_mounts_its_volume_again(broken):
@@ -164,6 +165,7 @@ def test_the_agent_finds_the_tunnel_down_on_the_pod_and_still_exits(broken):
     # The tunnel, not the server behind it, is down: said once, and nothing else is.
     assert sorted(f["reason"] for f in mine(found)) == ["StaleFileHandle", "TLSTunnelDown"]
     assert "exiting with 1 call(s) still blocked in the kernel" in found.stderr and "statvfs(" in found.stderr
+    print(f"the agent's TLSTunnelDown: {failure['message']}")
 
 
 def test_the_tunnel_back_the_mount_resumes_and_the_finding_goes(broken):

@@ -35,13 +35,16 @@ from mountwarden.lab.vm import GUEST_DIR
 
 FORWARDER_PORT = 20050
 #: NFSv3 through the forwarder: a 4.1 client would be folded into the node's other 4.1 client of the same
-#: server (session trunking: the kernel lab notes) and never go through it. nolock: NLM goes around it.
-THROUGH_FORWARDER = ["vers=3", "nolock", f"port={FORWARDER_PORT}", "hard", "timeo=20", "retrans=1"]
+#: server (session trunking: the kernel lab notes) and never go through it. proto=tcp: with a port but no
+#: protocol, mount.nfs asks rpcbind for the NFS program at that port and fails. nolock: NLM would go around it.
+THROUGH_FORWARDER = ["vers=3", "proto=tcp", f"port={FORWARDER_PORT}", "nolock", "hard", "timeo=20", "retrans=1"]
 #: Appends 64 KiB to a file it keeps open and stat()s it, twice a second: with the server gone, the stat()
 #: waits for the writeback of what was written, uninterruptibly (SIGKILL does not end it: kernel lab).
 WRITER = ("exec 3> /data/$(hostname).bin; while true; do dd if=/dev/zero bs=65536 count=1 >&3 2>/dev/null; "
           "stat /data/$(hostname).bin > /dev/null; sleep 0.5; done")
 STUCK_AFTER = 20
+#: The real node joins within the first test's time (a boot under TCG), and pods take minutes each.
+pytestmark = pytest.mark.timeout(2400)
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from mountwarden.adapters.pods import PodPlacement, PodPlacements
 from mountwarden.adapters.procreader import ProcRoot
 from mountwarden.agent.failures import mount_helpers
 from mountwarden.agent.probe import _answer, _responding
@@ -42,6 +43,7 @@ from mountwarden.core.node.scan import NodeVolume, OptionsSource
 from mountwarden.core.procfs.kmsg import ServerWord, parse_kmsg_record, server_word
 from mountwarden.core.procfs.sockets import Listener, parse_listeners
 from mountwarden.core.remediation import StalePod, next_eviction
+from mountwarden.handlers.failures import FAILURE_POLICY, MountFailures
 from mountwarden.handlers.findings import with_remedy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -346,9 +348,7 @@ def test_remedies_name_their_placeholders_the_way_the_runbook_writes_them():
 # -- the operator's view: pods named, findings where they belong -----------------------------------------------
 
 
-def placements(*pods) -> "PodPlacements":
-    from mountwarden.adapters.pods import PodPlacements
-
+def placements(*pods) -> PodPlacements:
     known = PodPlacements()
     known.load(pods)
     known.synced.set()
@@ -356,9 +356,6 @@ def placements(*pods) -> "PodPlacements":
 
 
 def test_the_operator_names_the_pods_puts_each_finding_on_its_object_and_waits_out_orphans():
-    from mountwarden.adapters.pods import PodPlacement
-    from mountwarden.handlers.failures import FAILURE_POLICY, MountFailures
-
     stale = NodeFinding(stale_handles(NodeFacts([volume("data", pod="uid-a")], answers={
         volume("data", pod="uid-a").mount_point: ProbeAnswer.STALE}))[0].finding, "uid-a")
     down = NodeFinding(servers_not_responding(NodeFacts(
@@ -377,7 +374,7 @@ def test_the_operator_names_the_pods_puts_each_finding_on_its_object_and_waits_o
     assert (on_pod.subject.kind, on_pod.subject.name, on_pod.profile) == ("Pod", "app", FAILURE_POLICY)
     assert "volume data of pod ns/app" in on_pod.message and on_pod.message.endswith(on_pod.remedy)
     on_node = by_reason[Reason.SERVER_NOT_RESPONDING]
-    assert (on_node.subject.kind, on_node.subject.uid) == ("Node", "n1") and "Pods: ns/app." in on_node.message
+    assert (on_node.subject.kind, on_node.subject.name) == ("Node", "n1") and "Pods: ns/app." in on_node.message
     assert by_reason[Reason.STUCK_TERMINATING].subject.name == "leaving"
     # The mount of a pod the cluster does not know is an orphan only once it stays so for ``after``.
     later = failures.judge("n1", pods, now=NOW + timedelta(minutes=4), after=timedelta(minutes=3),

@@ -113,9 +113,10 @@ class ProcRoot:
         return None if text is None else [arg for arg in text.split("\0") if arg]
 
     def wchan(self, pid: int) -> str | None:
-        """Where a process waits in the kernel (/proc/<pid>/wchan); None when unreadable ("0" without ptrace)."""
-        text = self._text(pid, "wchan", counted=False)
-        return text.strip() or None if text is not None else None
+        """Where a process waits in the kernel (/proc/<pid>/wchan); None when unreadable (it reads "0" to a reader
+        without ptrace access to the process)."""
+        text = (self._text(pid, "wchan", counted=False) or "").strip()
+        return None if text in ("", "0") else text
 
     def uptime(self) -> float | None:
         """Seconds since boot (/proc/uptime): with a process's start time, how long it has run."""

@@ -9,8 +9,7 @@ character device; the one network-file-system call, the statvfs() probe, is agen
   dmesg) and the device itself, which a container reaches only privileged: the chart's agent goes without
   it, and its findings rest on the probe and on mountstats (docs/security.md).
 - the mount helpers: each process's /proc/<pid>/stat (command, state, start) and, for mount.nfs and
-  umount.nfs only, its command line and wchan (kernel lab: a mount.nfs of a server that drops every packet
-  sleeps in D in rpc_wait_bit_killable for as long as it retries).
+  umount.nfs only, its command line and wchan (where it waits, when in D).
 - the host's TCP listeners (<proc>/1/net/tcp and tcp6): where efs-utils' TLS tunnel listens.
 """
 

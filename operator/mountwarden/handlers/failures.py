@@ -124,7 +124,7 @@ def render(node: str, found: NodeFinding, pods: PodPlacements) -> Finding:
     if found.pods and named:
         message += f" Pods: {', '.join(named)}."
     pod = pods.get(found.pod_uid) if found.pod_uid else None
-    subject = Subject("Pod", pod.name, pod.namespace, pod.uid) if pod is not None else Subject("Node", node, uid=node)
+    subject = Subject("Pod", pod.name, pod.namespace, pod.uid) if pod is not None else Subject("Node", node)
     said = replace(finding, message=findings.with_remedy(message, finding.remedy))
     return said.about(subject, profile=FAILURE_POLICY, node=node)
 

@@ -148,12 +148,7 @@ def record_mount_failures(node: str, findings: Iterable[Finding]) -> None:
     """Set a node's failure counts; the reasons no longer found (or a node gone: no findings) are removed."""
     counts = collections.Counter((node, str(f.reason), str(f.severity)) for f in findings)
     with _findings_lock:
-        for gone in _failure_series.get(node, set()) - set(counts):
-            with contextlib.suppress(KeyError):
-                MOUNT_FAILURES.remove(*gone)
-        for labels, number in counts.items():
-            MOUNT_FAILURES.labels(*labels).set(number)
-        _failure_series[node] = set(counts)
+        _replace_series(MOUNT_FAILURES, _failure_series, node, dict(counts))
 
 
 STALE_HANDLE_EVICTIONS = Counter(
