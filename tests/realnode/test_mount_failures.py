@@ -137,8 +137,9 @@ def test_a_deleted_pod_whose_writer_is_stuck_on_the_server_is_stuck_terminating(
                         interval=2, what="a StuckTerminating Event on the deleted pod")
     assert not gone(kube, namespace, "deleted")  # still Terminating
     message = messages[0]
-    assert f"pod {namespace}/deleted was to be gone by" in message and server_down["mounts"]["deleted"] in message
-    assert f"pid {writer['pid']} ({writer['command']}" in message and "In order of safety" in message
+    assert f"pod {namespace}/deleted, deleted to be gone by" in message and "still has its volume" in message
+    assert f"pid {writer['pid']} ({writer['command']}, in D in" in message and "In order of safety" in message
+    assert f"umount -f {server_down['mounts']['deleted']}" in message  # the remedy, whole, with the Event
     assert failure_count(operator, "StuckTerminating") == 1
     (result,) = wait_for(lambda: results(kube, namespace, "StuckTerminating"), timeout=60,
                          what="the StuckTerminating result in the namespace's PolicyReport")
@@ -153,7 +154,7 @@ def test_a_force_deleted_pods_volume_left_mounted_is_an_orphaned_mount_on_the_no
                         what="an OrphanedMount Event on the Node")
     message = next(m for m in messages if mount in m)
     assert f"its pod (UID {server_down['uids']['forced']}) no longer exists" in message
-    assert f"On node {NODE_NAME}: umount {mount}." in message
+    assert f"On node {NODE_NAME}: umount {mount} (the kubelet" in message
     assert failure_count(operator, "OrphanedMount") == 1
     (result,) = wait_for(lambda: results(kube, None, "OrphanedMount"), timeout=60,
                          what="the OrphanedMount result in the ClusterPolicyReport")

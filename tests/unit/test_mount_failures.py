@@ -236,8 +236,8 @@ def test_a_pod_past_its_deadline_with_its_volume_stuck_is_stuck_terminating():
     (found,) = stuck_terminating(report(mount("data", "uid-a", stuck_processes=stuck)), deleting, now=NOW, after=after)
     message = found.finding.message
     assert found.pod_uid == "uid-a" and found.finding.reason is Reason.STUCK_TERMINATING
-    assert "pod ns/app was to be gone by 2026-05-04 11:55:00Z" in message
-    assert "pid 41 (sh, waiting in folio_wait_bit_common, not killable" in message
+    assert "pod ns/app, deleted to be gone by 2026-05-04 11:55:00Z, still has its volume data mounted" in message
+    assert "pid 41 (sh, in D in folio_wait_bit_common: not killable)" in message
     assert "umount -f /var/lib/kubelet/pods/uid-a/volumes/x/data" in found.finding.remedy
     # Not yet past the deadline and the margin; no NFS trouble; a report from before the deadline: nothing.
     assert stuck_terminating(report(mount("data", "uid-a", stuck_processes=stuck)), deleting, now=NOW,
@@ -265,7 +265,7 @@ def test_a_mount_whose_pod_is_gone_is_orphaned_once_it_stays_so():
     (found,) = orphaned_mounts(report(orphan), since, now=NOW, after=timedelta(minutes=3))
     assert found.pod_uid is None and found.finding.severity is Severity.WARNING
     assert "its pod (UID uid-gone) no longer exists" in found.finding.message
-    assert f"On node n1: umount {orphan.mount_point}." in found.finding.remedy
+    assert f"On node n1: umount {orphan.mount_point} (the kubelet" in found.finding.remedy
     assert orphaned_mounts(report(orphan), since, now=NOW, after=timedelta(minutes=5)) == []
     assert orphaned_mounts(report(orphan), {}, now=NOW, after=timedelta(0)) == []
 

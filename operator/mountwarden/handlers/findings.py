@@ -28,8 +28,8 @@ def event_reason(finding: Finding) -> str:
     return EVENT_REASONS.get(finding.reason, str(finding.reason))
 
 
-#: What an Event's message holds here (the API server takes 1 KiB).
-EVENT_MESSAGE_CHARS = 1000
+#: What an Event's message holds (kopf cuts longer ones in the middle).
+EVENT_MESSAGE_CHARS = 1024
 
 
 def with_remedy(message: str, remedy: str, limit: int = EVENT_MESSAGE_CHARS) -> str:

@@ -175,8 +175,8 @@ class StuckProcess:
     def __str__(self) -> str:
         if self.killable is None:
             return f"pid {self.pid} ({self.command})"
-        how = "killable" if self.killable else "not killable: only the server's answer ends it"
-        return f"pid {self.pid} ({self.command}, waiting in {self.wchan}, {how})"
+        how = "killable" if self.killable else "not killable"
+        return f"pid {self.pid} ({self.command}, in D in {self.wchan}: {how})"
 
 
 @dataclass(frozen=True, slots=True)

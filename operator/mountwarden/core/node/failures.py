@@ -67,22 +67,18 @@ REMEDIES: dict[Reason, str] = {
         "unwritten data: it is lost. On soft mounts, look for I/O errors in the applications: a write that "
         "failed is lost and must be done again."),
     Reason.STUCK_TERMINATING: (
-        "In order of safety: (1) bring the server (or the path to it, or the TLS tunnel) back: the processes "
-        "finish, the kubelet unmounts and the pod goes, nothing lost; (2) on the node, umount -f {mount_point}, "
-        "again until it succeeds: each fails the requests then in flight (EIO), which ends the stuck processes, "
-        "even those waiting for writeback that SIGKILL does not end, and then lets the unmount through, but "
-        "their unwritten data is lost; (3) umount -l {mount_point}: detaches the path at once, busy or not, so "
-        "that the kubelet's own unmount no longer waits, but stuck processes stay stuck, and the mount with "
-        "them, until the server answers; (4) drain and reboot the node (kubectl drain {node}), losing whatever "
-        "was unwritten. Do not force-delete the pod (kubectl delete --force): the API forgets it, but the node "
-        "keeps its mount and its stuck processes (OrphanedMount)."),
+        "In order of safety: (1) bring the server, its path or its TLS tunnel back: the processes finish, the pod "
+        "goes, nothing lost; (2) on node {node}, umount -f {mount_point}, again until it succeeds: it fails the "
+        "requests in flight and so ends the stuck processes, even a writeback wait that SIGKILL does not end, "
+        "losing their unwritten data; (3) umount -l: the path goes now, the mount once nothing holds it "
+        "(umount(8)); (4) drain and reboot the node. Do not force-delete the pod: the node keeps its mount "
+        "(OrphanedMount)."),
     Reason.ORPHANED_MOUNT: (
-        "On node {node}: umount {mount_point}. If it is busy and its server answers, fuser -vm {mount_point} "
-        "names who holds it. If the server does not answer, bring it back first (fuser would wait for it), or "
-        "umount -f {mount_point}, again until it succeeds (each fails the requests in flight: unwritten "
-        "data is lost), or umount -l {mount_point} (detaches the path at once; the mount lives on, unreachable, "
-        "until its last user ends). The kubelet removes the pod's directory once nothing is mounted in it. Do not "
-        "rm -rf the pod's directory while the volume is mounted: that deletes the data on the server."),
+        "On node {node}: umount {mount_point} (the kubelet then removes the pod's directory). If it is busy and "
+        "the server answers, fuser -vm names who holds it. If the server does not answer, bring it back first, or "
+        "umount -f, again until it succeeds (unwritten data is lost), or umount -l (the path goes at once, the "
+        "mount once nothing holds it: umount(8)). Do not rm -rf the pod's directory while the volume is "
+        "mounted: that deletes the data on the server."),
     Reason.MOUNT_HELPER_STUCK: (
         "Find why {server} does not answer the mount (ServerNotResponding; the path to it: routes, security "
         "groups, its exports): later mounts of that server on this node queue behind this one. Once the server "
@@ -408,17 +404,16 @@ def stuck_terminating(report: NodeReport, deleting: Mapping[str, DeletingPod], *
             continue
         why = []
         if mount.stuck_processes:
-            why.append("its processes are stuck in uninterruptible sleep on it: "
-                       + "; ".join(str(process) for process in mount.stuck_processes))
+            why.append("its processes are stuck on it: " + "; ".join(str(process) for process in mount.stuck_processes))
         if mount.server_responding is False:
             why.append(f"its server {mount.server or ''} does not answer the agent's probe".replace("  ", " "))
-        why += _node_trouble(report, mount)
+        why += [said for said in _node_trouble(report, mount)
+                if not (mount.server_responding is False and said.startswith(Reason.SERVER_NOT_RESPONDING))]
         if not why:
             continue  # something other than NFS holds it (a finalizer, the runtime): not ours to say
-        message = (f"pod {pod.namespace}/{pod.name} was to be gone by {_clock(pod.deadline)} (its deletion plus its "
-                   f"grace period) but its volume {mount.volume_name} is still mounted at {mount.mount_point} on "
-                   f"node {report.node}: " + "; ".join(why) + ". The kubelet cannot unmount it, so the pod stays "
-                   "Terminating (and a StatefulSet's replacement cannot start).")
+        message = (f"pod {pod.namespace}/{pod.name}, deleted to be gone by {_clock(pod.deadline)}, still has its "
+                   f"volume {mount.volume_name} mounted on node {report.node}: " + "; ".join(why) + ", so the pod "
+                   "stays Terminating.")
         evidence = {"node": report.node, "volume": mount.volume_name, "mountPoint": mount.mount_point,
                     "server": mount.server, "deadline": _clock(pod.deadline),
                     "stuckProcesses": ", ".join(f"{p.pid}:{p.command}:{p.wchan or '?'}" for p in mount.stuck_processes)}
