@@ -742,7 +742,10 @@ def test_the_alerts_read_metrics_the_operator_exports_and_link_runbook_sections_
     rule = find(docs, "PrometheusRule", FULLNAME)
     assert rule["metadata"]["namespace"] == NAMESPACE and rule["metadata"]["labels"]["release"] == "prom"
     alerts = {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"]}
-    assert set(alerts) == {"EfsBurstCreditsDraining", "EfsBurstCreditTrap", "EfsPercentIOLimitHigh"}
+    credits = {"EfsBurstCreditsDraining", "EfsBurstCreditTrap", "EfsPercentIOLimitHigh"}
+    failures = {"NfsServerNotResponding", "EfsTlsTunnelDown", "NfsStaleFileHandle", "NfsPodStuckTerminating",
+                "NfsMountHelperStuck", "NfsOrphanedMount"}
+    assert set(alerts) == credits | failures
 
     exported, anchors = operator_metric_labels(), runbook_anchors()
     states = {state.value for state in CreditState}
@@ -758,6 +761,11 @@ def test_the_alerts_read_metrics_the_operator_exports_and_link_runbook_sections_
         assert url.startswith("https://docs.example.com/runbook.md#") and url.split("#", 1)[1] in anchors, url
         assert alert["labels"]["severity"] in ("warning", "critical")
         # Prometheus, not Helm, fills the alert's own templates.
-        assert "{{ $labels.file_system_id }}" in alert["annotations"]["summary"]
+        label = "file_system_id" if name in credits else "node"
+        assert f"{{{{ $labels.{label} }}}}" in alert["annotations"]["summary"]
     assert "mountwarden_credit_percent_io_limit" in alerts["EfsPercentIOLimitHigh"]["expr"]
+    from mountwarden.core.findings import FAILURE_REASONS
+
+    reasons = {reason for name in failures for reason in re.findall(r'reason="([^"]*)"', alerts[name]["expr"])}
+    assert reasons == {str(reason) for reason in FAILURE_REASONS}  # one alert for each way a mount breaks
     assert ">= 90" in alerts["EfsPercentIOLimitHigh"]["expr"]

@@ -8,6 +8,7 @@ for watching.
 import json
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from datetime import UTC, datetime
 
 import kubernetes
 from kubernetes.client import ApiClient, ApiException
@@ -118,3 +119,19 @@ class ProfileConditions:
             self.api.patch_cluster_custom_object_status(
                 *self.resource, name, body, field_manager=f"mountwarden-{writer}", force=True,
                 _content_type="application/apply-patch+yaml")
+
+
+def warn_node(client: ApiClient, node: str, reason: str, message: str, *, component: str = "mountwarden") -> None:
+    """A Warning Event on a Node, written as the kubelet writes its own (involvedObject uid = the node's name, no
+    namespace), so that `kubectl describe node` shows it; kopf's Events give a cluster-scoped object a namespace,
+    which describe does not match."""
+    now = datetime.now(UTC)
+    event = kubernetes.client.CoreV1Event(
+        metadata=kubernetes.client.V1ObjectMeta(generate_name=f"{node}."),
+        involved_object=kubernetes.client.V1ObjectReference(api_version="v1", kind="Node", name=node, uid=node),
+        reason=reason, message=message[:1024], type="Warning", count=1, first_timestamp=now, last_timestamp=now,
+        source=kubernetes.client.V1EventSource(component=component),
+        reporting_component=component, reporting_instance=component,
+    )
+    with transient_errors():
+        kubernetes.client.CoreV1Api(client).create_namespaced_event("default", event)

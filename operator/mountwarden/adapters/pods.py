@@ -2,10 +2,12 @@
 
 Compliance needs, for every claim of a profile, the pods that mount it and their nodes;
 a node report's pods must be checked against the node they are really scheduled on (an
-agent speaks only of its own node's pods); Events name a pod by namespace and name. That
-is four fields per pod, reduced from each pod as it arrives (mountwarden.adapters.watches)
-and nothing else of it is held. Only pods that mount a claim or an in-line NFS volume are
-kept: no other can hold a volume a report shows or a profile governs.
+agent speaks only of its own node's pods); Events name a pod by namespace and name; a pod
+being deleted whose volume stays mounted is stuck (StuckTerminating). That is a few fields
+per pod, reduced from each pod as it arrives (mountwarden.adapters.watches) and nothing else
+of it is held. Only pods that mount a claim, an in-line NFS volume or an in-line CSI volume
+are kept: no other can hold a volume a report shows or a profile governs (and a mount of a pod
+not kept here is taken for one whose pod is gone: OrphanedMount).
 """
 
 import sys
@@ -26,6 +28,10 @@ class PodPlacement(NamedTuple):
     node: str | None
     #: The claims it mounts (in its namespace).
     claims: tuple[str, ...]
+    #: metadata.deletionTimestamp while it is being deleted: the end of its grace period.
+    deleting_at: str | None = None
+    #: Whether a controller (a ReplicaSet, a StatefulSet...) owns it: one that recreates it once evicted.
+    controlled: bool = False
 
 
 def placement(pod: Mapping) -> PodPlacement | None:
@@ -34,12 +40,14 @@ def placement(pod: Mapping) -> PodPlacement | None:
     spec = pod.get("spec") or {}
     volumes = spec.get("volumes") or []
     claims = tuple(sorted({v["persistentVolumeClaim"]["claimName"] for v in volumes if v.get("persistentVolumeClaim")}))
-    if not claims and not any(v.get("nfs") for v in volumes):
+    if not claims and not any(v.get("nfs") or v.get("csi") for v in volumes):
         return None
     node = spec.get("nodeName")
     # Namespaces and nodes repeat across thousands of pods: one string each.
     return PodPlacement(metadata["uid"], sys.intern(metadata.get("namespace", "")), metadata["name"],
-                        sys.intern(node) if node else None, tuple(sys.intern(c) for c in claims))
+                        sys.intern(node) if node else None, tuple(sys.intern(c) for c in claims),
+                        metadata.get("deletionTimestamp"),
+                        any(ref.get("controller") for ref in metadata.get("ownerReferences") or ()))
 
 
 def placement_entries(found: PodPlacement | None) -> Entries:

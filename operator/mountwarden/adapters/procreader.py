@@ -25,6 +25,7 @@ from mountwarden.core.procfs import (
     parse_mountstats,
     parse_tcp,
 )
+from mountwarden.core.procfs.sockets import Listener, parse_listeners
 
 #: Reads of the mount table before it is taken as it is: k8s.io/mount-utils's maxListTries for the same
 #: consistent read of /proc/self/mountinfo (mount_helper_unix.go, with k8s.io/utils/io.ConsistentRead).
@@ -107,6 +108,32 @@ class ProcRoot:
     def stat(self, pid: int) -> str | None:
         """/proc/<pid>/stat as text (its state never waits on a file system); None when the process is gone."""
         return self._text(pid, "stat")
+
+    def command_line(self, pid: int) -> list[str] | None:
+        """/proc/<pid>/cmdline split into its arguments; None when gone (a kernel thread's is empty)."""
+        text = self._text(pid, "cmdline", counted=False)
+        return None if text is None else [arg for arg in text.split("\0") if arg]
+
+    def wchan(self, pid: int) -> str | None:
+        """Where a process waits in the kernel (/proc/<pid>/wchan); None when unreadable (it reads "0" to a reader
+        without ptrace access to the process)."""
+        text = (self._text(pid, "wchan", counted=False) or "").strip()
+        return None if text in ("", "0") else text
+
+    def uptime(self) -> float | None:
+        """Seconds since boot (/proc/uptime): with a process's start time, how long it has run."""
+        text = self._text("uptime", counted=False)
+        try:
+            return float(text.split()[0]) if text else None
+        except (ValueError, IndexError):
+            return None
+
+    def listeners(self) -> frozenset[Listener] | None:
+        """The listening TCP sockets of pid 1's network namespace (the host's); None when unreadable."""
+        texts = [self._text(1, "net", name, counted=False) for name in ("tcp", "tcp6")]
+        if texts[0] is None:
+            return None
+        return frozenset(listener for text in texts if text for listener in parse_listeners(text)[0])
 
     def kernel_release(self) -> str | None:
         """The running kernel's release (sys/kernel/osrelease), e.g. 6.1.0-57-amd64."""

@@ -20,6 +20,7 @@ from mountwarden.core.node.activity import (
     Activity,
     MountSample,
     ProcessSamples,
+    StuckProcess,
     activity,
     merge_samples,
     process_state,
@@ -43,9 +44,16 @@ def volume_key(volume: NodeVolume) -> VolumeKey:
 class VolumeActivity:
     activity: Activity | None
     processes: ProcessSamples | None
+    #: The processes in uninterruptible sleep (D) at the last round of samples, with where they wait.
+    stuck: tuple[StuckProcess, ...] = ()
 
 
-def _stat_fields(text: str | None) -> tuple[str | None, str | None]:
+def stat_command(text: str) -> str:
+    """The comm of /proc/<pid>/stat: between the first '(' and the last ')' (it may hold both)."""
+    return text[text.find("(") + 1:text.rfind(")")]
+
+
+def stat_fields(text: str | None) -> tuple[str | None, str | None]:
     """(state, starttime) of /proc/<pid>/stat; starttime tells a reused pid from the process that had it."""
     if not text:
         return None, None
@@ -87,17 +95,19 @@ class ActivityTracker:
             if sample is not None:
                 history.append(sample)
         rounds = self.rounds if rounds is None else min(rounds, self.rounds)
-        processes = self._sample_processes(keys.values(), now, rounds) if rounds else {}
+        stuck: dict[VolumeKey, list[StuckProcess]] = defaultdict(list)
+        processes = self._sample_processes(keys.values(), now, rounds, stuck) if rounds else {}
         for gone in set(self._mounts) - set(keys):
             del self._mounts[gone]
         for gone in set(self._processes) - set(keys):
             del self._processes[gone]
-        return {key: VolumeActivity(rates.get(key), processes.get(key)) for key in keys}
+        return {key: VolumeActivity(rates.get(key), processes.get(key), tuple(stuck.get(key, ()))) for key in keys}
 
     # -- processes ----------------------------------------------------------------------------------
 
-    def _sample_processes(self, volumes: Iterable[NodeVolume], now: float,
-                          rounds: int) -> dict[VolumeKey, ProcessSamples]:
+    def _sample_processes(self, volumes: Iterable[NodeVolume], now: float, rounds: int,
+                          stuck: dict[VolumeKey, list[StuckProcess]]) -> dict[VolumeKey, ProcessSamples]:
+        """``stuck`` gets each volume's processes in D at the last round (their wchan read then)."""
         by_pod: dict[str, list[NodeVolume]] = defaultdict(list)
         for volume in volumes:
             if volume.pod_uid:
@@ -109,14 +119,20 @@ class ActivityTracker:
             if round_number:
                 self.sleep(self.round_pause)
                 self.paused += self.round_pause
+            last = round_number == rounds - 1
             for pid, keys in users.items():
-                state, _ = _stat_fields(self.proc.stat(pid))
+                text = self.proc.stat(pid)
+                state, _ = stat_fields(text)
                 if state is None:
                     continue  # exited
+                waiting = StuckProcess(pid, stat_command(text or ""), self.proc.wchan(pid)) if last and state == "D" \
+                    else None
                 for key in keys:
                     counts[key][0] += 1
                     counts[key][1] += state == "D"
                     pids_of[key].add(pid)
+                    if waiting is not None:
+                        stuck[key].append(waiting)
         merged: dict[VolumeKey, ProcessSamples] = {}
         for key in {volume_key(v) for vs in by_pod.values() for v in vs}:
             history = self._processes[key]
@@ -131,7 +147,7 @@ class ActivityTracker:
         users: dict[int, list[VolumeKey]] = {}
         seen: set[tuple[int, str]] = set()
         for pid in self.proc.pids():
-            _, started = _stat_fields(self.proc.stat(pid))
+            _, started = stat_fields(self.proc.stat(pid))
             if started is None:
                 continue
             identity = (pid, started)

@@ -23,6 +23,7 @@ from prometheus_client import start_http_server
 
 from mountwarden.adapters.procreader import ProcRoot
 from mountwarden.agent.activity import DEFAULT_PROCESS_ROUNDS, DEFAULT_WINDOW_SECONDS, ActivityTracker
+from mountwarden.agent.failures import DEFAULT_KERNEL_LOG, FailureWatch
 from mountwarden.agent.metrics import AgentMetrics
 from mountwarden.agent.pods import NodePods
 from mountwarden.agent.probe import DEFAULT_PROBE_TIMEOUT_SECONDS, ServerProbe
@@ -30,6 +31,7 @@ from mountwarden.agent.report import RefusedWrite, WriteOutcome, report_body
 from mountwarden.agent.scan import SqliteScanner, UserspaceScanner, scan_node_report
 from mountwarden.agent.wakeup import Wakeup
 from mountwarden.api.nodemountreport import NodeMountReportSpec
+from mountwarden.core.node.failures import DEFAULT_HELPER_STUCK_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +50,10 @@ class AgentSettings:
     #: Rounds of process-state samples per scan (0: none), and the window rates and samples are kept for.
     process_samples: int = DEFAULT_PROCESS_ROUNDS
     activity_window_seconds: float = DEFAULT_WINDOW_SECONDS
+    #: The kernel log to follow for the NFS client's words about its servers ("" or None: none).
+    kernel_log: str | None = DEFAULT_KERNEL_LOG
+    #: Seconds a mount.nfs or umount.nfs may live before it is MountHelperStuck.
+    helper_stuck_seconds: float = DEFAULT_HELPER_STUCK_SECONDS
 
 
 class ReportSink(Protocol):
@@ -98,6 +104,8 @@ class Agent:
         self.probe = ServerProbe(self.proc, settings.probe_timeout_seconds) if settings.probe_timeout_seconds else None
         self.tracker = ActivityTracker(self.proc, window_seconds=settings.activity_window_seconds,
                                        process_rounds=settings.process_samples)
+        self.failures = FailureWatch(self.proc, node_name=settings.node_name, kernel_log=settings.kernel_log,
+                                     helper_stuck_seconds=settings.helper_stuck_seconds)
         self.pods = pods
         self._wakeup: Wakeup | None = None
         #: The pods whose volumes the last scan found: a change of one of them is worth a scan now.
@@ -138,6 +146,7 @@ class Agent:
                 tracker=self.tracker,
                 describe_pod=self.describe_pod if self.pods is not None else None,
                 process_rounds=1 if woken else None,
+                failures=self.failures,
             )
         except Exception:  # any failure of one scan: the next one may succeed
             log.exception("scan of %s failed", self.settings.proc_root)
@@ -242,6 +251,7 @@ def run_agent(agent: Agent, *, once: bool) -> bool:
             agent.pods.stop()
         if stop_metrics is not None:
             stop_metrics()
+        agent.failures.close()
         say_what_is_left_stuck(agent.proc)
 
 

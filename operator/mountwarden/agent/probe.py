@@ -1,39 +1,58 @@
-"""Is each NFS server answering? One statvfs() per superblock per scan, never piling up.
+"""Is each NFS server answering, and does it still know each mount? statvfs() of every pod volume, never piling up.
 
-statvfs() on NFS always asks the server (there is no cache for it), so it is a true probe:
-one small request per superblock per scan (on EFS metered as one 4 KiB metadata operation).
-On a hard mount whose server is away the call blocks in the kernel until the server comes
-back, so the probes go through the proc root's BoundedCalls (adapters/bounded.py), keyed by
-superblock: all of a scan's probes run at once and are waited for at most ``timeout``
-seconds together, and a superblock with a call still blocked since an earlier scan (a
-probe, or the SQLite scan's stat) is reported as not responding without a new one: at
-most one stuck thread per superblock, ever. Measured in the kernel lab with nfsd stopped
-(tests/kernel/test_dead_server.py).
+statvfs() on NFS always asks the server (there is no cache for it), so it is a true probe: one
+small request per pod volume per scan (on EFS each metered as one 4 KiB metadata operation). It
+asks about the directory the mount was made of, so it also finds a mount whose directory the server
+no longer knows (ESTALE): mounts of one superblock can differ in that, since a directory replaced on
+the server leaves the mounts made before stale and those made after fine (kernel lab,
+tests/kernel/test_mount_failures.py). So every pod volume is asked, not one per superblock.
+
+On a hard mount whose server is away the call blocks in the kernel until the server comes back
+(killably: SIGKILL ends it), so the probes go through the proc root's BoundedCalls
+(adapters/bounded.py), one call per superblock that statvfs()es its mounts in turn: all of a scan's
+calls run at once and are waited for at most ``timeout`` seconds together, and a superblock with a
+call still blocked since an earlier scan (a probe, or the SQLite scan's stat) is reported as not
+responding without a new one: at most one stuck thread per superblock, ever. Measured in the kernel
+lab with nfsd stopped (tests/kernel/test_dead_server.py, tests/kernel/test_server_not_responding.py).
 """
 
 import errno
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from mountwarden.adapters.bounded import CallResult, Outcome
 from mountwarden.adapters.procreader import ProcRoot
+from mountwarden.core.node.failures import ProbeAnswer
 
 DEFAULT_PROBE_TIMEOUT_SECONDS = 5.0
 log = logging.getLogger(__name__)
+#: EIO/ETIMEDOUT: a soft mount giving up on its server.
+_GAVE_UP = (errno.EIO, errno.ETIMEDOUT)
 
 
-def _answered(result: CallResult) -> bool | None:
-    """True: the server answered; False: it did not, or failed the call (a soft mount's EIO); None: nothing learned."""
-    if result.outcome == Outcome.DONE:
-        return True
-    if result.outcome in (Outcome.TIMED_OUT, Outcome.BUSY):
-        return False
-    if result.outcome == Outcome.FAILED and result.error is not None:
-        # EIO/ETIMEDOUT is a soft mount giving up on its server; ENOENT/EACCES says nothing of it.
-        return False if result.error.errno in (errno.EIO, errno.ETIMEDOUT) else None
-    return None  # FULL: too many other servers are stuck to ask this one
+def statvfs(*paths: str) -> dict[str, int]:
+    """statvfs() of each path in turn: 0 where it answered, else its errno (run in a bounded thread)."""
+    answers = {}
+    for path in paths:
+        try:
+            os.statvfs(path)
+            answers[path] = 0
+        except OSError as error:
+            if isinstance(error, PermissionError):
+                raise  # the agent may not follow /proc/1/root: nothing learned of any server
+            answers[path] = error.errno or -1
+    return answers
+
+
+def _answer(code: int) -> ProbeAnswer:
+    if code == 0:
+        return ProbeAnswer.ANSWERED
+    if code == errno.ESTALE:
+        return ProbeAnswer.STALE
+    return ProbeAnswer.FAILED if code in _GAVE_UP else ProbeAnswer.UNKNOWN  # ENOENT, EACCES: nothing of the server
 
 
 class ProbedMount(Protocol):
@@ -44,6 +63,19 @@ class ProbedMount(Protocol):
 
     @property
     def mount_point(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class ProbeResults:
+    #: Superblock -> whether its server answered (None: the probe could not ask).
+    responding: Mapping[str, bool | None]
+    #: Mount point -> what its statvfs() got.
+    answers: Mapping[str, ProbeAnswer]
+
+
+def _responding(answers: Sequence[ProbeAnswer]) -> bool | None:
+    said = [answer.server_answered for answer in answers if answer.server_answered is not None]
+    return (True in said) if said else None
 
 
 class ServerProbe:
@@ -59,18 +91,37 @@ class ServerProbe:
 
     def check(self, mounts: Sequence[ProbedMount]) -> dict[str, bool | None]:
         """Superblock -> whether its server answered within the timeout (None: the probe could not ask)."""
-        first_mount: dict[str, ProbedMount] = {}
+        return dict(self.probe(mounts).responding)
+
+    def probe(self, mounts: Sequence[ProbedMount]) -> ProbeResults:
+        """Every mount's statvfs(), one bounded call per superblock, all waited for within one timeout."""
+        by_superblock: dict[str, list[str]] = {}
         for mount in mounts:
-            first_mount.setdefault(mount.superblock, mount)
-        started = {superblock: self.proc.calls.submit(superblock, os.statvfs, self._path(mount.mount_point))
-                   for superblock, mount in first_mount.items()}
+            points = by_superblock.setdefault(mount.superblock, [])
+            if mount.mount_point not in points:
+                points.append(mount.mount_point)
+        started = {superblock: self.proc.calls.submit(superblock, statvfs, *map(self._path, points))
+                   for superblock, points in by_superblock.items()}
         results = self.proc.calls.wait_all(started, self.timeout)
-        if not self._said_forbidden and any(isinstance(r.error, PermissionError) for r in results.values()):
+        responding: dict[str, bool | None] = {}
+        answers: dict[str, ProbeAnswer] = {}
+        for superblock, result in results.items():
+            found = self._answers(by_superblock[superblock], result)
+            answers.update(found)
+            responding[superblock] = _responding(list(found.values()))
+        return ProbeResults(responding, answers)
+
+    def _answers(self, points: list[str], result: CallResult) -> dict[str, ProbeAnswer]:
+        if result.outcome == Outcome.DONE:
+            return {point: _answer(result.value.get(self._path(point), -1)) for point in points}
+        if result.outcome in (Outcome.TIMED_OUT, Outcome.BUSY):
+            return dict.fromkeys(points, ProbeAnswer.NO_ANSWER)
+        if isinstance(result.error, PermissionError) and not self._said_forbidden:
             self._said_forbidden = True
             log.warning("the statvfs() probe may not follow %s: it needs CAP_SYS_PTRACE (ptrace read access to "
                         "pid 1; the chart's agent.probeServers grants it), or --probe-timeout 0",
                         self.proc.path / "1" / "root")
-        return {superblock: _answered(result) for superblock, result in results.items()}
+        return dict.fromkeys(points, ProbeAnswer.UNKNOWN)  # FULL: too many other servers are stuck to ask this one
 
     def _path(self, mount_point: str) -> str:
         return str(self.proc.path / "1" / "root") + mount_point

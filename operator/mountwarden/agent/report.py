@@ -48,9 +48,13 @@ class WriteConflict(RuntimeError):
 
 
 def content(spec: NodeMountReportSpec) -> dict[str, Any]:
-    """The part of a report whose change is worth a write: all but counters, the mount age and the scan time."""
+    """The part of a report whose change is worth a write: all but counters, the mount age and the scan time.
+
+    A failure counts by what it is about, not by its message, which may say more as it goes on.
+    """
     wire = spec.to_wire()
     wire.pop("scanTime", None)
+    wire["failures"] = sorted(repr(failure.identity()) for failure in spec.failures)
     for volume in wire.get("volumes", []):
         volume.pop("operations", None)
         volume.pop("ageSeconds", None)  # grows every scan, like the counters it goes with

@@ -16,16 +16,19 @@ from datetime import UTC, datetime
 from mountwarden import __version__
 from mountwarden.adapters.procreader import ProcRoot
 from mountwarden.agent.activity import ActivityTracker, VolumeActivity, volume_key
+from mountwarden.agent.failures import FailureWatch
 from mountwarden.agent.probe import ServerProbe
 from mountwarden.agent.userspace import NfsSockets
 from mountwarden.api.nodemountreport import (
     MountActivity,
     MountedVolume,
+    NodeFailure,
     NodeMountReportSpec,
     OperationSummary,
     OptionsSource,
     ProcessStates,
     SqliteDatabase,
+    StuckProcessInfo,
     VolumePlugin,
 )
 from mountwarden.core.node.kubelet import normalize_root
@@ -167,6 +170,8 @@ def mounted_volume(volume: NodeVolume, server_responding: bool | None = None,
         age_seconds=volume.age_seconds,
         activity=rates,
         processes=states,
+        stuck_processes=[StuckProcessInfo(pid=p.pid, command=p.command, wchan=p.wchan)
+                         for p in (recent.stuck if recent is not None else ())],
     )
 
 
@@ -211,6 +216,7 @@ def scan_node_report(
     tracker: ActivityTracker | None = None,
     describe_pod: PodDescriber | None = None,
     process_rounds: int | None = None,
+    failures: FailureWatch | None = None,
     now: datetime | None = None,
 ) -> ScanResult:
     """One scan of the node, as the NodeMountReport spec the agent writes.
@@ -219,15 +225,19 @@ def scan_node_report(
     report's ``sqlite`` list stays empty. ``describe_pod`` names each volume's pod
     (mountwarden.agent.pods); without one the report gives pod UIDs only. ``process_rounds``
     overrides the tracker's rounds of process samples (1: report a mount change at once).
+    ``failures`` judges how the node's mounts broke (the report's ``failures``).
     """
     started = time.perf_counter()
     scan = scan_proc_root(proc, kubelet_root=kubelet_root, network_fstypes=network_fstypes)
-    responding = probe.check([m for m in scan.network_mounts if m.kubelet is not None]) if probe else {}
+    probed = probe.probe([m for m in scan.network_mounts if m.kubelet is not None]) if probe else None
+    responding = probed.responding if probed else {}
     for superblock, answered in responding.items():
-        if not answered:
+        if answered is False:
             log.warning("the server of superblock %s did not answer a statvfs() probe in %.0f s", superblock,
                         probe.timeout)
     recent = tracker.observe(scan, rounds=process_rounds) if tracker is not None else {}
+    found = failures.judge(scan, probed, probe.timeout if probe else None, recent, _pod_namer(describe_pod), now) \
+        if failures is not None else []
     sqlite = list(sqlite_scan(proc, scan.network_mounts)) if sqlite_scan is not None else []
     sockets = userspace_scan(proc) if userspace_scan is not None else None
     userspace = [client.model_copy(update=_pod_names(describe_pod(client.pod_uid, "")) if describe_pod else {})
@@ -249,6 +259,7 @@ def scan_node_report(
         userspace_clients=userspace,
         tls_tunnels=sockets.tunnels if sockets is not None else [],
         skipped_lines=scan.skipped_lines,
+        failures=[NodeFailure.of(finding) for finding in found],
     )
     return ScanResult(spec=_within_size(spec), scan=scan, duration_seconds=time.perf_counter() - started,
                       recent=recent)
@@ -257,6 +268,14 @@ def scan_node_report(
 def _pod_names(described: dict[str, str | None]) -> dict[str, str | None]:
     """The pod's name and namespace of what ``describe_pod`` said (nothing for a pod it does not know)."""
     return {key: described[key] for key in ("pod_name", "pod_namespace") if described.get(key)}
+
+
+def _pod_namer(describe_pod: PodDescriber | None) -> Callable[[str], str]:
+    """How the failures name a pod: by namespace and name where the agent knows them."""
+    def name(uid: str) -> str:
+        pod = describe_pod(uid, "") if describe_pod is not None else {}
+        return f"pod {pod['pod_namespace']}/{pod['pod_name']}" if pod.get("pod_name") else f"pod UID {uid}"
+    return name
 
 
 def _within_size(spec: NodeMountReportSpec) -> NodeMountReportSpec:

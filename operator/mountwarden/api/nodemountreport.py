@@ -18,10 +18,10 @@ from pydantic import Field, ValidationError, field_validator
 
 from mountwarden.api.base import ApiModel
 from mountwarden.core.admission import ReportWrite
-from mountwarden.core.findings import Severity
-from mountwarden.core.node.activity import Activity, ProcessSamples
+from mountwarden.core.findings import Finding, Reason, Severity
+from mountwarden.core.node.activity import Activity, ProcessSamples, StuckProcess
 from mountwarden.core.node.kubelet import KubeletPlugin
-from mountwarden.core.node.report import NodeReport, OperationCounters, ReportedMount, SqliteUse
+from mountwarden.core.node.report import NodeFinding, NodeReport, OperationCounters, ReportedMount, SqliteUse
 from mountwarden.core.node.scan import OptionsSource as NodescanOptionsSource
 from mountwarden.core.node.userspace import UserspaceClient
 
@@ -76,6 +76,59 @@ class ProcessStates(ApiModel):
     uninterruptible_share: float = Field(ge=0, le=1, description="uninterruptible / samples.")
 
 
+class StuckProcessInfo(ApiModel):
+    """A process of the volume's pod in uninterruptible sleep (D) on it at the agent's last sample."""
+
+    pid: int = Field(ge=0, description="Its process ID on the node.")
+    command: str = Field(description="Its command (comm).")
+    wchan: str | None = Field(default=None, description="Where it waits in the kernel (/proc/<pid>/wchan): "
+                              "rpc_wait_bit_killable ends with SIGKILL, a writeback wait (folio_wait_bit_common) "
+                              "only when the server answers. Absent where the agent may not read it.")
+
+    def to_stuck(self) -> StuckProcess:
+        return StuckProcess(self.pid, self.command, self.wchan)
+
+
+class FailureReason(StrEnum):
+    """The findings the agent makes on its node (docs/runbook.md has each)."""
+
+    STALE_FILE_HANDLE = Reason.STALE_FILE_HANDLE.value
+    SERVER_NOT_RESPONDING = Reason.SERVER_NOT_RESPONDING.value
+    MOUNT_HELPER_STUCK = Reason.MOUNT_HELPER_STUCK.value
+    TLS_TUNNEL_DOWN = Reason.TLS_TUNNEL_DOWN.value
+
+
+class NodeFailure(ApiModel):
+    """A failure the agent found on its node: on a pod (podUid), or on the node with the pods it concerns."""
+
+    reason: FailureReason = Field(description="StaleFileHandle, ServerNotResponding, MountHelperStuck or "
+                                              "TLSTunnelDown (docs/runbook.md).")
+    severity: Severity = Field(description="critical, error or warning.")
+    message: str = Field(description="What the agent saw, with its evidence.")
+    remedy: str = Field(description="What to do, in the runbook's words.")
+    pod_uid: str | None = Field(default=None, description="The pod it is about (its volume's); none for the node.")
+    pods: list[str] = Field(default_factory=list, description="For a finding about the node: the UIDs of the pods "
+                                                               "it concerns (a server's pods).")
+    evidence: dict[str, str] = Field(default_factory=dict, description="Where and on what: volume, mountPoint, "
+                                                                       "server, port, pids, probe, kernelLog.")
+
+    @classmethod
+    def of(cls, found: NodeFinding) -> "NodeFailure":
+        finding = found.finding
+        return cls(reason=FailureReason(str(finding.reason)), severity=finding.severity, message=finding.message,
+                   remedy=finding.remedy, pod_uid=found.pod_uid, pods=list(found.pods),
+                   evidence=dict(finding.evidence))
+
+    def to_finding(self) -> NodeFinding:
+        return NodeFinding(Finding(Reason(str(self.reason)), Severity(self.severity), self.message, self.remedy,
+                                   evidence=dict(self.evidence)), self.pod_uid, tuple(self.pods))
+
+    def identity(self) -> tuple:
+        """What stays the same while the failure lasts (its message may say more as it goes on)."""
+        return (self.reason, self.severity, self.pod_uid, self.evidence.get("mountPoint"),
+                self.evidence.get("server"), self.evidence.get("port"))
+
+
 class MountedVolume(ApiModel):
     """One pod volume (or CSI staging mount) on a network filesystem, as the kernel has it."""
 
@@ -115,6 +168,9 @@ class MountedVolume(ApiModel):
     notes: list[str] = Field(
         default_factory=list, description="What the agent noticed, e.g. an EFS TLS tunnel or a wrapped counter."
     )
+    stuck_processes: list[StuckProcessInfo] = Field(
+        default_factory=list, description="Processes of the pod in uninterruptible sleep (D) on this volume at the "
+        "agent's last sample, with where each waits: what keeps a deleted pod Terminating (StuckTerminating).")
     operations: dict[str, OperationSummary] = Field(
         default_factory=dict, description="Per-operation totals at the time of the report (busiest operations)."
     )
@@ -153,6 +209,7 @@ class MountedVolume(ApiModel):
             server_responding=self.server_responding,
             pod_owner=self.pod_owner,
             server_address=self.server_address,
+            stuck_processes=tuple(process.to_stuck() for process in self.stuck_processes),
         )
     age_seconds: int | None = Field(
         default=None,
@@ -238,6 +295,9 @@ class NodeMountReportSpec(ApiModel):
         default_factory=list, description="EFS TLS tunnels and the mount target each is connected to (read with "
         "the SQLite scan, as userspaceClients): where a TLS mount's bytes go, for the CrossAZMount check.")
     skipped_lines: int = Field(default=0, ge=0, description="Unreadable /proc lines skipped during the scan.")
+    failures: list[NodeFailure] = Field(
+        default_factory=list, description="How the node's mounts broke, as the agent judged them: stale file "
+        "handles, servers not responding, stuck mount helpers, TLS tunnels down (docs/runbook.md).")
 
     def to_report(self, name: str) -> NodeReport:
         """The report ``name`` (its object's name: its node's) as the operator's checks read it."""
@@ -246,7 +306,8 @@ class NodeMountReportSpec(ApiModel):
                           sqlite=tuple(database.to_use() for database in self.sqlite),
                           userspace_clients=tuple(client.to_client() for client in self.userspace_clients),
                           kernel_release=self.kernel_release,
-                          tunnel_peers={tunnel.local_port: tunnel.remote_address for tunnel in self.tls_tunnels})
+                          tunnel_peers={tunnel.local_port: tunnel.remote_address for tunnel in self.tls_tunnels},
+                          findings=tuple(failure.to_finding() for failure in self.failures))
 
 
 class UnreadableReport(ValueError):

@@ -23,6 +23,7 @@ from mountwarden.core.vocabulary import (
     RolloutApproval,
     RolloutStrategy,
     SqlitePolicy,
+    StaleHandleRemedy,
 )
 
 KIND = "StorageProfile"
@@ -94,6 +95,24 @@ class Rollout(ApiModel):
     verify_timeout_seconds: int = Field(
         default=600, ge=30, le=86400,
         description="How long to wait for the node reports to confirm a restarted workload's options before pausing.",
+    )
+
+
+class Remediation(ApiModel):
+    """What mountwarden may do by itself when these volumes break; off by default: every failure says what to do,
+    and only a stale file handle has a remedy safe to apply unattended (docs/runbook.md)."""
+
+    stale_file_handle: StaleHandleRemedy = Field(
+        default=StaleHandleRemedy.NONE,
+        description="Evict: evict each pod whose volume has a stale file handle (StaleFileHandle) so that its "
+        "controller recreates it and it mounts afresh, through the Eviction API as a rollout does "
+        "(PodDisruptionBudgets hold), one pod of this profile at a time, each pod at most once per windowSeconds, "
+        "never a pod no controller recreates; every eviction is an Event and counted in "
+        "mountwarden_stale_handle_evictions_total. None: the finding only.",
+    )
+    window_seconds: int = Field(
+        default=3600, ge=60, le=604800,
+        description="A pod is evicted at most once in this many seconds (one that does not go is not asked again).",
     )
 
 
@@ -176,6 +195,9 @@ class StorageProfileSpec(ApiModel):
     throughput: Throughput = Field(
         default_factory=Throughput, description="The per-flow cap and bandwidths that throughput findings and "
         "nconnect advice are judged by.")
+    remediation: Remediation = Field(
+        default_factory=Remediation, description="What mountwarden may do by itself about a failure of these "
+        "volumes: evict pods on a stale file handle (opt-in).")
     default: bool = Field(
         default=False, description="Make the newest StorageClass version the cluster's default class."
     )

@@ -73,6 +73,16 @@ def agent_command(
         help="Rounds of samples, 0.2 s apart, of the state of every process of a pod with an NFS volume, per scan "
              "(/proc/<pid>/stat): the share in uninterruptible sleep (D) is reported per volume. 0 samples none.")
     ] = 5,
+    kernel_log: Annotated[str, typer.Option(
+        "--kernel-log", metavar="PATH",
+        help="Follow this kernel log (/dev/kmsg) for the NFS client's 'server ... not responding' and 'server ... "
+             "OK' lines, evidence of ServerNotResponding beside the probe and mountstats. Needs CAP_SYSLOG and the "
+             "device (a container reaches it only privileged); without them the agent says so once and goes on. "
+             "'' reads none.")] = "/dev/kmsg",
+    helper_stuck_after: Annotated[float, typer.Option(
+        "--helper-stuck-after", min=1, metavar="SECONDS",
+        help="A mount.nfs or umount.nfs alive this long is MountHelperStuck (a foreground mount retries for 2 "
+             "minutes, nfs(5)).")] = 180.0,
     activity_window: Annotated[float, typer.Option(
         "--activity-window", min=1, metavar="SECONDS",
         help="Throughput, transport health and process states are reported over this many seconds of scans.")
@@ -111,7 +121,17 @@ def agent_command(
     Each volume also gets its recent activity (read and write bytes per second,
     retransmissions, major timeouts and reconnects over --activity-window) and
     how often its pod's processes were in uninterruptible sleep (D), sampled
-    --process-samples times a scan from /proc/<pid>/stat.
+    --process-samples times a scan from /proc/<pid>/stat, with the ones stuck
+    in D at the last sample (stuckProcesses: pid, command, where it waits).
+
+    The report's failures say how the node's mounts broke (docs/runbook.md):
+    StaleFileHandle (a pod volume's statvfs() got ESTALE: the server no longer
+    knows its directory), ServerNotResponding (per server: the probe got no
+    answer or a soft mount's EIO, the kernel log says 'not responding' until
+    'OK' (--kernel-log), mountstats counts major timeouts; hard mounts wait,
+    soft ones fail), MountHelperStuck (mount.nfs or umount.nfs alive past
+    --helper-stuck-after) and TLSTunnelDown (a mount of 127.0.0.1 on a tunnel
+    port with nothing listening there in the host's network namespace).
 
     The report is written only when something other than the counters changed,
     and as a heartbeat every --heartbeat seconds; /metrics serves live rates
@@ -168,6 +188,8 @@ def agent_command(
         probe_timeout_seconds=probe_timeout,
         process_samples=process_samples,
         activity_window_seconds=activity_window,
+        kernel_log=kernel_log or None,
+        helper_stuck_seconds=helper_stuck_after,
     )
     sink: ReportSink
     client = None

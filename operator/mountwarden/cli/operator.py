@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from mountwarden.cli._app import app
 from mountwarden.cli._output import fail, write_generated
+from mountwarden.core.node.failures import DEFAULT_STUCK_AFTER_SECONDS
 from mountwarden.handlers.config import WebhookMode
 
 #: Derived peering priorities fall in 1..PRIORITY_RANGE, above kopf's default of 0. An operator started by
@@ -90,6 +91,15 @@ def operator_command(
     report_stale_after: Annotated[float, typer.Option(
         "--report-stale-after", envvar="MOUNTWARDEN_REPORT_STALE_AFTER", min=1,
         help="Seconds after which a node report proves nothing (the agent heartbeats every 5 minutes).")] = 900.0,
+    stuck_after: Annotated[float, typer.Option(
+        "--stuck-after", envvar="MOUNTWARDEN_STUCK_AFTER", min=1,
+        help="Seconds past a pod's deletion deadline with its NFS volume still mounted and stuck before it is "
+             "StuckTerminating, and seconds a pod volume stays mounted with its pod gone before it is an "
+             "OrphanedMount (the kubelet forces an NFS unmount after a minute on its own).")] = DEFAULT_STUCK_AFTER_SECONDS,
+    failure_interval: Annotated[float, typer.Option(
+        "--failure-interval", envvar="MOUNTWARDEN_FAILURE_INTERVAL", min=0.1,
+        help="Seconds between judgements of every node's mount failures besides those its report's changes "
+             "bring: what only time makes a failure (StuckTerminating, OrphanedMount).")] = 30.0,
     webhook_mode: Annotated[WebhookMode, typer.Option(
         "--webhook-mode", envvar="MOUNTWARDEN_WEBHOOK_MODE",
         help="The admission webhook. local: serve on --webhook-host and register it with the API server; cluster: "
@@ -157,7 +167,8 @@ def operator_command(
             webhook_service=webhook_service, enforce_configuration=enforce_configuration, active_label=active_label,
             collect_interval=collect_interval, credit_interval=credit_interval,
             compliance_interval=compliance_interval, rollout_interval=rollout_interval,
-            report_stale_after=report_stale_after, policy_reports=policy_reports,
+            report_stale_after=report_stale_after, policy_reports=policy_reports, stuck_after=stuck_after,
+            failure_interval=failure_interval,
         )
     except ValueError as error:
         fail(escape(str(error)))

@@ -52,6 +52,13 @@ class Reason(StrEnum):
     THROUGHPUT_PLATEAU = "ThroughputPlateau"  # one connection near the per-flow cap, requests queueing
     TRANSPORT_UNHEALTHY = "TransportUnhealthy"  # retransmissions, major timeouts, reconnects
     STUCK_ON_NFS = "StuckOnNFS"  # the pod's processes in uninterruptible sleep in most samples
+    # How a mount broke (core/node/failures.py): found on the node, each needing a person (docs/runbook.md).
+    STALE_FILE_HANDLE = "StaleFileHandle"  # the server answered ESTALE: it no longer knows the mount's root
+    SERVER_NOT_RESPONDING = "ServerNotResponding"  # a server the node's mounts wait on (hard) or fail on (soft)
+    STUCK_TERMINATING = "StuckTerminating"  # a deleted pod whose NFS volume cannot be unmounted
+    ORPHANED_MOUNT = "OrphanedMount"  # a pod volume still mounted whose pod no longer exists
+    MOUNT_HELPER_STUCK = "MountHelperStuck"  # mount.nfs or umount.nfs alive far past its timeouts
+    TLS_TUNNEL_DOWN = "TLSTunnelDown"  # a mount through efs-utils' local TLS tunnel, with nothing listening
     # What is stored on it.
     SQLITE_ON_NFS = "SQLiteOnNFS"
     # A pod that talks NFS with no kernel mount: beyond the audit.
@@ -78,6 +85,9 @@ class Reason(StrEnum):
 
 #: How a mount is doing, not what it was mounted with: said whatever its options, never counted as drift.
 HEALTH_REASONS = frozenset({Reason.THROUGHPUT_PLATEAU, Reason.TRANSPORT_UNHEALTHY, Reason.STUCK_ON_NFS})
+#: How a mount broke: said on the pod or the node whatever governs the volume, never counted as drift.
+FAILURE_REASONS = frozenset({Reason.STALE_FILE_HANDLE, Reason.SERVER_NOT_RESPONDING, Reason.STUCK_TERMINATING,
+                             Reason.ORPHANED_MOUNT, Reason.MOUNT_HELPER_STUCK, Reason.TLS_TUNNEL_DOWN})
 
 
 @dataclass(frozen=True, slots=True)

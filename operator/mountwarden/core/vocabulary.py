@@ -38,3 +38,10 @@ class BackendKind(StrEnum):
     EFS = "efs"
     NFS = "nfs"
     NFSV3_GATEWAY = "nfsv3-gateway"
+
+
+class StaleHandleRemedy(StrEnum):
+    """What mountwarden does by itself about a pod on a stale file handle: nothing (say it), or evict the pod."""
+
+    NONE = "None"
+    EVICT = "Evict"

@@ -6,6 +6,7 @@ from enum import StrEnum
 
 from mountwarden.adapters.webhookconfig import parse_service
 from mountwarden.core.admission import service_account_username
+from mountwarden.core.node.failures import DEFAULT_STUCK_AFTER_SECONDS
 
 
 class WebhookMode(StrEnum):
@@ -53,6 +54,11 @@ class OperatorConfig:
     report_stale_after: float = 900.0
     #: Publish findings as wgpolicyk8s.io PolicyReports (when their CRDs are served).
     policy_reports: bool = False
+    #: Seconds past a deleted pod's deadline (StuckTerminating), or with its pod gone (OrphanedMount), that a
+    #: mount left behind must last to be a finding.
+    stuck_after: float = DEFAULT_STUCK_AFTER_SECONDS
+    #: Seconds between judgements of every node's failures (time alone makes StuckTerminating, OrphanedMount).
+    failure_interval: float = 30.0
 
     # Parsed from the settings above, once, when the config is made (a ValueError names the flag that is wrong).
     #: system:serviceaccount:NS:NAME of agent_service_account; None checks no report writes.

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the handlers that own these import this module
+    import asyncio
+
     from kubernetes.client import ApiClient
 
     from mountwarden.adapters.kube import ProfileConditions, StorageClasses
@@ -20,8 +22,10 @@ if TYPE_CHECKING:  # the handlers that own these import this module
     from mountwarden.handlers.admission import AdmissionState
     from mountwarden.handlers.config import OperatorConfig
     from mountwarden.handlers.credits import CreditFetcher
+    from mountwarden.handlers.failures import MountFailures
     from mountwarden.handlers.policyreports import PolicyReportPublisher
     from mountwarden.handlers.posted import PostedFindings
+    from mountwarden.handlers.remediation import EvictionLog
     from mountwarden.handlers.rollouts import RolloutWakeups
 
 
@@ -45,3 +49,8 @@ class OperatorContext:
     rollout_wakeups: RolloutWakeups | None = None
     #: The PolicyReports' writer (None unless --policy-reports and their CRDs are served).
     policy_reports: PolicyReportPublisher | None = None
+    #: Every node's mount failures, judged again every --failure-interval by ``failure_loop`` (filled at start-up).
+    mount_failures: MountFailures | None = None
+    failure_loop: asyncio.Task | None = None
+    #: The pods each profile evicted for a stale file handle, and when (spec.remediation; filled at start-up).
+    evictions: EvictionLog | None = None

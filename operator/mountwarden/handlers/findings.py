@@ -28,9 +28,23 @@ def event_reason(finding: Finding) -> str:
     return EVENT_REASONS.get(finding.reason, str(finding.reason))
 
 
+#: What an Event's message holds (kopf cuts longer ones in the middle).
+EVENT_MESSAGE_CHARS = 1024
+
+
+def with_remedy(message: str, remedy: str, limit: int = EVENT_MESSAGE_CHARS) -> str:
+    """The message and its remedy in one text of at most ``limit`` characters: the message is cut, never the remedy."""
+    if not remedy:
+        return message[:limit]
+    room = limit - len(remedy) - 1
+    if len(message) > room:
+        message = message[:max(0, room - 1)].rstrip() + "…"
+    return f"{message} {remedy}"[:limit]
+
+
 def warn(body: Mapping, finding: Finding) -> None:
     """A Warning Event on ``body`` saying ``finding``."""
-    kopf.warn(body, reason=event_reason(finding), message=finding.message[:1000])
+    kopf.warn(body, reason=event_reason(finding), message=finding.message[:EVENT_MESSAGE_CHARS])
 
 
 def post_once(posted: PostedFindings, finding: Finding) -> None:

@@ -181,6 +181,25 @@ def record_findings(profile: str, source: str, findings: Iterable[Finding]) -> N
         _finding_series[(profile, source)] = set(counts)
 
 
+MOUNT_FAILURES = Gauge(
+    "mountwarden_mount_failures", "Mount failures on a node now, by reason and severity (StaleFileHandle, "
+    "ServerNotResponding, StuckTerminating, OrphanedMount, MountHelperStuck, TLSTunnelDown): the same findings as "
+    "their Events and PolicyReport results", ("node", "reason", "severity"))
+_failure_series: dict[str, set[tuple[str, ...]]] = {}
+
+
+def record_mount_failures(node: str, findings: Iterable[Finding]) -> None:
+    """Set a node's failure counts; the reasons no longer found (or a node gone: no findings) are removed."""
+    counts = collections.Counter((node, str(f.reason), str(f.severity)) for f in findings)
+    with _findings_lock:
+        _replace_series(MOUNT_FAILURES, _failure_series, node, dict(counts))
+
+
+STALE_HANDLE_EVICTIONS = Counter(
+    "mountwarden_stale_handle_evictions", "Evictions of pods on a stale file handle that a profile's "
+    "spec.remediation.staleFileHandle: Evict asked for, by outcome: evicted, or refused (a PodDisruptionBudget "
+    "allowed no disruption)", ("profile", "outcome"))
+
 REPORT_ENTRIES_DROPPED = Counter(
     "mountwarden_report_entries_dropped",
     "Entries of a node's report naming a pod not scheduled on that node (reason other-node), or no known pod "

@@ -39,6 +39,11 @@ class PostedFindings:
             self._posted[key] = True
             return True
 
+    def forget(self, pod_uid: str, reason: str, message: str) -> None:
+        """Forget a finding said to be posted: its Event could not be written, the next judgement posts it."""
+        with self._lock:
+            self._posted.pop(self.key(pod_uid, reason, message), None)
+
     def __len__(self) -> int:
         with self._lock:
             self._posted.expire()

@@ -94,12 +94,22 @@ def login(memo: OperatorContext, **kwargs) -> kopf.ConnectionInfo | None:
 
 def register_handlers(config: OperatorConfig, registry: kopf.OperatorRegistry | None = None) -> kopf.OperatorRegistry:
     """Every handler of the operator, registered with the intervals and modes of ``config``."""
-    from mountwarden.handlers import admission, credits, indexes, policyreports, profiles, reports, rollouts
+    from mountwarden.handlers import (
+        admission,
+        credits,
+        failures,
+        indexes,
+        policyreports,
+        profiles,
+        remediation,
+        reports,
+        rollouts,
+    )
 
     registry = registry if registry is not None else kopf.OperatorRegistry()
     kopf.on.startup(registry=registry)(configure)
     kopf.on.login(registry=registry)(login)
-    for module in (indexes, profiles, reports, rollouts, credits, admission, policyreports):
+    for module in (indexes, profiles, reports, failures, remediation, rollouts, credits, admission, policyreports):
         module.register(registry, config)
     return registry
 

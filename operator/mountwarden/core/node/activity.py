@@ -155,6 +155,31 @@ def process_state(stat_text: str) -> str | None:
     return match.group(1) if match else None
 
 
+#: What a killable wait is called in the kernel (rpc_wait_bit_killable, nfs_wait_bit_killable): SIGKILL ends it.
+_KILLABLE = "killable"
+
+
+@dataclass(frozen=True, slots=True)
+class StuckProcess:
+    """A process of a pod in uninterruptible sleep (D) on the pod's volume, at the agent's last sample."""
+
+    pid: int
+    command: str
+    #: Where it waits in the kernel (/proc/<pid>/wchan); None where the agent may not read it.
+    wchan: str | None = None
+
+    @property
+    def killable(self) -> bool | None:
+        """Whether SIGKILL ends the wait (an RPC wait: yes; a writeback wait: no); None when unknown."""
+        return None if not self.wchan or self.wchan == "0" else _KILLABLE in self.wchan
+
+    def __str__(self) -> str:
+        if self.killable is None:
+            return f"pid {self.pid} ({self.command})"
+        how = "killable" if self.killable else "not killable"
+        return f"pid {self.pid} ({self.command}, in D in {self.wchan}: {how})"
+
+
 @dataclass(frozen=True, slots=True)
 class ProcessSamples:
     """Samples of the states of the processes using one pod volume."""

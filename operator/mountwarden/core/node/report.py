@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from mountwarden.core.findings import Finding, Reason, Severity
-from mountwarden.core.node.activity import Activity, ProcessSamples
+from mountwarden.core.node.activity import Activity, ProcessSamples, StuckProcess
 from mountwarden.core.node.userspace import UserspaceClient
 
 
@@ -56,6 +56,8 @@ class ReportedMount:
     pod_owner: str | None = None
     #: The address the kernel talks to (mountinfo's addr=); loopback for a TLS tunnel.
     server_address: str | None = None
+    #: The pod's processes in uninterruptible sleep on the volume at the agent's last sample.
+    stuck_processes: tuple[StuckProcess, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +77,20 @@ class SqliteUse:
                        evidence={key: value for key, value in evidence.items() if value})
 
 
+@dataclass(frozen=True, slots=True)
+class NodeFinding:
+    """A finding the agent made on its node (core/node/failures.py): about one pod, or about the node itself.
+
+    The agent may not know pods' names: it names them by UID, and whoever shows the finding names them.
+    """
+
+    finding: Finding
+    #: The pod it is about (its volume); None for a finding about the node.
+    pod_uid: str | None = None
+    #: For a finding about the node: the pods it concerns (a server's), by UID.
+    pods: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True)
 class NodeReport:
     node: str
@@ -88,6 +104,8 @@ class NodeReport:
     #: EFS TLS tunnels on the node: local port (the mount's port=) -> the mount target address the tunnel is
     #: connected to on port 2049; only those the agent could read (its process scan on).
     tunnel_peers: Mapping[int, str] = field(default_factory=dict)
+    #: How the node's mounts broke, as the agent judged them (core/node/failures.py).
+    findings: tuple[NodeFinding, ...] = ()
     _by_pod_volume: dict[tuple[str | None, str], ReportedMount] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -145,6 +163,8 @@ def of_own_pods(report: NodeReport, node_of: Callable[[str], str | None]) -> tup
     mounts = tuple(m for m in report.mounts if own(m.pod_uid, f"volume {m.volume_name}"))
     sqlite = tuple(u for u in report.sqlite if own(u.pod_uid, f"SQLite {u.path or u.volume_name or 'database'}"))
     clients = tuple(c for c in report.userspace_clients if own(c.pod_uid, f"userspace NFS client {c.pid}"))
-    if not foreign:
+    findings = tuple(replace(f, pods=tuple(uid for uid in f.pods if node_of(uid) == report.node))
+                     for f in report.findings if own(f.pod_uid, str(f.finding.reason)))
+    if not foreign and findings == report.findings:
         return report, foreign
-    return replace(report, mounts=mounts, sqlite=sqlite, userspace_clients=clients), foreign
+    return replace(report, mounts=mounts, sqlite=sqlite, userspace_clients=clients, findings=findings), foreign
