@@ -53,6 +53,8 @@ class OperatorConfig:
     report_stale_after: float = 900.0
     #: Publish findings as wgpolicyk8s.io PolicyReports (when their CRDs are served).
     policy_reports: bool = False
+    #: Judge every pod volume no StorageProfile governs against the baseline (mountwarden.core.baseline).
+    baseline: bool = True
 
     # Parsed from the settings above, once, when the config is made (a ValueError names the flag that is wrong).
     #: system:serviceaccount:NS:NAME of agent_service_account; None checks no report writes.

@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # the handlers that own these import this module
     from mountwarden.handlers.admission import AdmissionState
     from mountwarden.handlers.config import OperatorConfig
     from mountwarden.handlers.credits import CreditFetcher
+    from mountwarden.handlers.inventory import InventoryLoop
     from mountwarden.handlers.policyreports import PolicyReportPublisher
     from mountwarden.handlers.posted import PostedFindings
     from mountwarden.handlers.rollouts import RolloutWakeups
@@ -45,3 +46,5 @@ class OperatorContext:
     rollout_wakeups: RolloutWakeups | None = None
     #: The PolicyReports' writer (None unless --policy-reports and their CRDs are served).
     policy_reports: PolicyReportPublisher | None = None
+    #: The inventory's loop (filled at start-up): the NetworkFileSystem objects and the baseline's findings.
+    inventory: InventoryLoop | None = None

@@ -94,12 +94,21 @@ def login(memo: OperatorContext, **kwargs) -> kopf.ConnectionInfo | None:
 
 def register_handlers(config: OperatorConfig, registry: kopf.OperatorRegistry | None = None) -> kopf.OperatorRegistry:
     """Every handler of the operator, registered with the intervals and modes of ``config``."""
-    from mountwarden.handlers import admission, credits, indexes, policyreports, profiles, reports, rollouts
+    from mountwarden.handlers import (
+        admission,
+        credits,
+        indexes,
+        inventory,
+        policyreports,
+        profiles,
+        reports,
+        rollouts,
+    )
 
     registry = registry if registry is not None else kopf.OperatorRegistry()
     kopf.on.startup(registry=registry)(configure)
     kopf.on.login(registry=registry)(login)
-    for module in (indexes, profiles, reports, rollouts, credits, admission, policyreports):
+    for module in (indexes, profiles, reports, rollouts, credits, admission, policyreports, inventory):
         module.register(registry, config)
     return registry
 
@@ -115,7 +124,7 @@ def run(config: OperatorConfig, *, standalone: bool = True, liveness_endpoint: s
     client = api_client(config.kubeconfig)
     posted = PostedFindings()
     metrics.POSTED_FINDINGS.set_function(lambda: len(posted))
-    watches = cluster_watches(client)
+    watches = cluster_watches(client, config.network_provisioners)
     memo = OperatorContext(
         config=config,
         kube_client=client,

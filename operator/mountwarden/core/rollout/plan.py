@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 from mountwarden.core.options.normalize import normalize
 from mountwarden.core.rollout.world import (
-    APPROVE_ANNOTATION,
     RESTARTABLE_KINDS,
     Autoscaler,
     Pod,
@@ -29,6 +28,17 @@ class VolumeChange:
     needs_patch: bool
     #: NewStorageClass: it belongs to an older class.
     on_older_version: bool
+    #: Of another class, taken over through spec.adopt and not adopted yet (patched and annotated on approval).
+    adopting: bool = False
+
+    @property
+    def to_patch(self) -> bool:
+        """PatchBoundVolumes patches it once approved: its options differ, or it is to be adopted."""
+        return self.needs_patch or self.adopting
+
+    @property
+    def action(self) -> str:
+        return "adopt" if self.adopting else "patch" if self.needs_patch else "keep"
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +123,7 @@ class Plan:
             "toMountOptions": list(target.version.mount_options),
             "strategy": target.policy.strategy,
             "approval": target.policy.approval,
+            "approvalKey": target.approval_key,
             "volumes": [
                 {
                     "name": change.volume.name,
@@ -120,7 +131,7 @@ class Plan:
                     "claim": "/".join(change.volume.claim) if change.volume.claim else None,
                     "fromVersion": change.from_version,
                     "mountOptions": list(change.volume.mount_options),
-                    "action": "patch" if change.needs_patch else "keep",
+                    "action": change.action,
                 }
                 for change in self.volumes
             ],
@@ -156,6 +167,7 @@ def build_plan(target: Target, world: World) -> Plan:
             needs_patch=(target.patches_volumes
                          and not _same_options(target.version.mount_options, volume.mount_options)),
             on_older_version=volume.storage_class != target.version.storage_class,
+            adopting=volume.name in target.adopting,
         ))
     volume_by_claim = {v.claim: v.name for v in world.volumes if v.claim}
 
@@ -205,9 +217,9 @@ def _warnings(target: Target, changes: Sequence[VolumeChange], consumers: Sequen
                             "mountwarden reports it and never deletes it")
         elif consumer.workload is not None and consumer.workload.replicas == 0 and target.patches_volumes:
             warnings.append(f"{consumer.ref}: {zero_message(consumer)}")
-    if target.policy.approval == RolloutApproval.MANUAL and any(change.needs_patch for change in changes):
-        warnings.append(f"approval is Manual: the rollout waits for the annotation {APPROVE_ANNOTATION}: "
-                        f"\"{target.version.version}\" on StorageProfile {target.profile}")
+    if target.policy.approval == RolloutApproval.MANUAL and any(change.to_patch for change in changes):
+        warnings.append(f"approval is Manual: the rollout waits for the annotation {target.approve_annotation}: "
+                        f"\"{target.approval_key}\" on StorageProfile {target.profile}")
     return warnings
 
 
