@@ -138,7 +138,7 @@ def round_trip_options(options: Mapping[str, OptionValue], *, efs: bool) -> Find
     for _, part in costs:
         cost |= part
     metered = f", each request {EFS_METERING}" if efs else ""
-    said = ", ".join(flags) + (" (noac, or sync with actimeo=0)" if noac else "")
+    said = ", ".join(flags) + (" (noac sets sync and actimeo=0)" if noac else "")
     return Finding(
         Reason.ROUND_TRIP_OPTIONS, Severity.WARNING,
         f"{said} {'is' if len(flags) == 1 else 'are'} in effect on this mount (the node's mount table), which makes "
