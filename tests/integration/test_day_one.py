@@ -26,10 +26,11 @@ from dataclasses import dataclass
 import kubernetes
 import pytest
 from tests.integration.test_compliance import pod_events
-from tests.integration.test_policy_reports import CRDS
-from tests.integration.test_policy_reports import GROUP as REPORTS_GROUP
-from tests.integration.test_policy_reports import VERSION as REPORTS_VERSION
-from tests.integration.test_policy_reports import reporting_operator
+from tests.integration.test_policy_reports import (
+    policy_report_crds,  # noqa: F401  (a fixture here too)
+    report,
+    reporting_operator,
+)
 from tests.nodesim import NodeSimulator
 from tests.support import GROUP, VERSION, Kube, OperatorProcess, profile_body, scrape, wait_for
 
@@ -51,6 +52,8 @@ class DayOne:
     nas: str
     operator: OperatorProcess
     started: float
+    #: `mountwarden inventory --json` as it printed before the operator started.
+    before_operator: dict | None = None
 
     @property
     def efs_server(self) -> str:
@@ -122,20 +125,8 @@ def deployment(kube: Kube, namespace: str, name: str, claim: str, replicas: int 
 
 
 @pytest.fixture(scope="module")
-def reports_crds(cluster) -> Iterator[None]:
-    """The upstream PolicyReport CRDs for this module, removed after it (and waited for: the PolicyReport tests
-    check a cluster without them)."""
-    served_before = cluster.kubectl("get", "crd", "policyreports.wgpolicyk8s.io", check=False).returncode == 0
-    for path in sorted(CRDS.glob("*.yaml")):
-        cluster.kubectl("apply", "--server-side", "-f", str(path))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(CRDS))
-    yield
-    if not served_before:
-        cluster.kubectl("delete", "--wait=true", "-f", str(CRDS))
-
-
-@pytest.fixture(scope="module")
-def day_one(cluster, crds_installed, reports_crds, _moto_server_process, tmp_path_factory) -> Iterator[DayOne]:
+def day_one(cluster, crds_installed, request, _moto_server_process, tmp_path_factory) -> Iterator[DayOne]:
+    request.getfixturevalue("policy_report_crds")
     kube = Kube(cluster.api_client())
     unique = uuid.uuid4().hex[:8]
     namespace = f"day1-{unique}"
@@ -166,6 +157,9 @@ def day_one(cluster, crds_installed, reports_crds, _moto_server_process, tmp_pat
             wait_for(lambda a=app, r=replicas: len([p for p in world.pods(a) if p.status.phase == "Running"]) == r,
                      timeout=TIMEOUT, what=f"{app} running")
         wait_for(lambda: all(simulator.nodes[node].written for node in nodes[:2]), what="the node reports")
+        listed = inventory_cli(cluster, "--json")
+        assert listed.returncode == 1, listed.stderr  # findings: the baseline's, with no operator running
+        world.before_operator = json.loads(listed.stdout)
         # Only now is the operator installed.
         world.started = time.monotonic()
         world.operator = reporting_operator(cluster, _moto_server_process.endpoint_url,
@@ -230,13 +224,12 @@ def test_the_inventory_lists_every_volume_within_seconds_of_the_start(day_one, c
     print(printed)
     assert world.efs_id in printed and "UNGOVERNED" in printed.splitlines()[0]
 
-    # The command reads the same from the objects themselves, without the operator.
-    result = inventory_cli(cluster, "--json")
-    assert result.returncode == 1, result.stderr  # findings
-    document = json.loads(result.stdout)
-    mine = {item["name"]: item for item in document["items"] if item["name"] in (world.efs_id, world.nas)}
+    # The command read the same from the objects themselves before the operator ran.
+    mine = {item["name"]: item for item in world.before_operator["items"] if item["name"] in (world.efs_id, world.nas)}
     assert set(volumes_of(mine[world.efs_id])) == {world.pv("import"), world.pv("reports")}
     assert {c["name"] for c in mine[world.nas]["classes"]} == {world.nfs_class}
+    (listed,) = volumes_of(mine[world.efs_id])[world.pv("import")]["pods"]
+    assert listed["state"] == "drifted" and listed["findings"] == pod["findings"]
     shown = inventory_cli(cluster)
     print(shown.stdout)
     assert f"{world.efs_id} (efs)" in shown.stdout and world.pv("import") in shown.stdout
@@ -253,10 +246,8 @@ def test_the_baseline_finds_the_hazards_and_says_them_as_every_finding(day_one):
                               if r == "LocalLocksAcrossNodes"], timeout=TIMEOUT, what="LocalLocksAcrossNodes Events")
     assert "nolock" in locks[0] and "read-write on 2 nodes" in locks[0]
 
-    report = wait_for(lambda: (b := world.kube.custom.get_namespaced_custom_object(
-        REPORTS_GROUP, REPORTS_VERSION, world.namespace, "policyreports", "mountwarden")) and b, timeout=TIMEOUT,
-        what="the namespace's PolicyReport")
-    rules = {(r["policy"], r["rule"]) for r in report["results"]}
+    body = wait_for(lambda: report(world.kube, world.namespace), timeout=TIMEOUT, what="the namespace's PolicyReport")
+    rules = {(r["policy"], r["rule"]) for r in body["results"]}
     assert {(BASELINE, "RoundTripOptions"), (BASELINE, "MissingNoresvport"), (BASELINE, "LocalLocksAcrossNodes")} <= rules
     samples = scrape(world.operator.metrics_port)
     assert samples[("mountwarden_findings", (("profile", BASELINE), ("reason", "LocalLocksAcrossNodes"),
@@ -264,7 +255,8 @@ def test_the_baseline_finds_the_hazards_and_says_them_as_every_finding(day_one):
     assert samples[("mountwarden_network_volumes", (("file_system", world.efs_id), ("governance", "ungoverned")))] == 2
 
 
-def test_a_profile_adopts_the_class_observing_first_then_patching_and_restarting_once_approved(day_one):
+def test_a_profile_adopts_the_class_observing_first_then_patching_and_restarting_once_approved(day_one, cluster,
+                                                                                                 tmp_path):
     world = day_one
     kube, profile, late = world.kube, f"import-{world.unique}", f"late-{world.unique}"
     claims_before = {c.metadata.name: (c.metadata.uid, c.spec.volume_name) for c in
@@ -275,6 +267,17 @@ def test_a_profile_adopts_the_class_observing_first_then_patching_and_restarting
                         rollout={"strategy": "PatchBoundVolumes", "approval": "Manual"}, default=True,
                         adopt={"storageClassNames": [world.efs_class],
                                "volumeSelector": {"matchLabels": {"team": f"data-{world.unique}"}}})
+    # The dry run says the same before anything is applied.
+    path = tmp_path / "profile.yaml"
+    path.write_text(json.dumps(body))
+    dry = subprocess.run([sys.executable, "-m", "mountwarden", "plan", str(path), "--json", "--kubeconfig",
+                          str(cluster.kubeconfig)], capture_output=True, text=True, timeout=120)
+    assert dry.returncode == 0, dry.stderr
+    planned = json.loads(dry.stdout)
+    assert {v["name"]: v["action"] for v in planned["volumes"]} == {world.pv("import"): "adopt",
+                                                                    world.pv("reports"): "adopt"}
+    assert [w["name"] for w in planned["workloads"]] == ["importer", "reports"]
+    assert [r["reason"] for r in planned["adoption"]["refused"]] == ["NotNetworkStorage"]
     kube.apply_profile(body)
 
     def adoption(name=profile) -> dict:
@@ -283,6 +286,7 @@ def test_a_profile_adopts_the_class_observing_first_then_patching_and_restarting
     observed = wait_for(lambda: (a := adoption()).get("phase") == "AwaitingApproval" and a, timeout=TIMEOUT,
                         what="the adoption observed, awaiting approval")
     print("\nstatus.adoption before approval:\n" + json.dumps(observed, indent=2))
+    assert observed["approvalKey"] == planned["approvalKey"]
     assert observed["storageClassNames"] == [world.efs_class]
     volumes = {v["name"]: v for v in observed["volumes"]}
     assert set(volumes) == {world.pv("import"), world.pv("reports")}

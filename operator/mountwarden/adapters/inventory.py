@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Collection
 
 import kubernetes
-from kubernetes.client import ApiClient
+from kubernetes.client import ApiClient, ApiException
 from pydantic import ValidationError
 
 from mountwarden.adapters.kube import transient_errors
@@ -27,6 +27,16 @@ def _items(response) -> list[dict]:
     return json.loads(response.data)["items"]
 
 
+def _served_items(custom: kubernetes.client.CustomObjectsApi, plural: str) -> list[dict]:
+    """The objects of one of mountwarden's resources; none before mountwarden is installed (its CRDs not served)."""
+    try:
+        return custom.list_cluster_custom_object(GROUP, VERSION, plural)["items"]
+    except ApiException as error:
+        if error.status == 404:
+            return []
+        raise
+
+
 def read_facts(client: ApiClient, network_provisioners: Collection[str] = ()) -> ClusterFacts:
     """Everything the inventory needs, listed from the API (one list per resource)."""
     core = kubernetes.client.CoreV1Api(client)
@@ -37,8 +47,8 @@ def read_facts(client: ApiClient, network_provisioners: Collection[str] = ()) ->
         pvs = _items(core.list_persistent_volume(_preload_content=False))
         pods = [found for obj in _items(core.list_pod_for_all_namespaces(_preload_content=False))
                 if (found := placement(obj)) is not None]
-        reports = custom.list_cluster_custom_object(GROUP, VERSION, REPORTS)["items"]
-        profiles = custom.list_cluster_custom_object(GROUP, VERSION, PROFILES)["items"]
+        reports = _served_items(custom, REPORTS)
+        profiles = _served_items(custom, PROFILES)
 
     by_uid = {pod.uid: pod for pod in pods}
     by_claim: dict[tuple[str, str], list[PodPlacement]] = defaultdict(list)

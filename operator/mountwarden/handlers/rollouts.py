@@ -24,7 +24,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import kopf
@@ -50,6 +50,7 @@ from mountwarden.core.rollout import (
     Step,
     Target,
     Version,
+    adopting,
     advance,
     build_plan,
     needs_world,
@@ -260,13 +261,11 @@ class ProfileRollout:
         adopter = _adopter(self.name, fresh)
         lineage = [version.storage_class for version in target.lineage]
         taken: list[Taken] = []
-        adopts = adopter.adopts or bool(view.adopted.get(self.name))
         world = self.cluster.read(lineage, with_reports=target.restarts_workloads,
-                                  also=(lambda pvs: self._take(pvs, adopter, lineage, view, taken)) if adopts else None)
+                                  also=(lambda pvs: self._take(pvs, adopter, lineage, view, taken))
+                                  if self._adopts(adopter, view) else None)
         if taken:
-            names = frozenset(taken[0].selection.volumes)
-            target = replace(target, adopted=names, adopting=frozenset(
-                volume.name for volume in world.volumes if volume.name in names and volume.adopted_by != self.name))
+            target = adopting(target, taken[0].selection.volumes, world)
         plan = build_plan(target, world)
         step = advance(plan, previous, datetime.now(UTC))
         released = [ReleaseVolume(name) for name in (taken[0].released if taken else [])]
@@ -277,9 +276,9 @@ class ProfileRollout:
             log.info("StorageProfile %s: EvictionRefused: %s", self.name, refusal)
         written = {key: value for key, value in step.status.items() if value is not None}
         change: dict = {"rollout": step.status} if written != dict(previous or {}) else {}
-        if taken or ProfileStatus(status).adoption:
-            adoption = self._adoption(fresh, plan, taken[0].selection if taken else None, written, view) \
-                if adopter.adopts else None
+        if taken:
+            self._classes_fate(fresh, plan.target, taken[0].selection, view)
+            adoption = self._adoption(fresh, plan, taken[0].selection, written) if adopter.adopts else None
             if adoption != ProfileStatus(status).adoption:
                 change["adoption"] = adoption
         if change:
@@ -301,14 +300,14 @@ class ProfileRollout:
                      name)
         return selection.volumes
 
-    def _adoption(self, profile: Mapping, plan: Plan, selection: Selection | None, rollout: Mapping,
-                  view: ClusterView) -> dict | None:
-        """status.adoption; on approval the adopted classes' fate (annotations, the default class); refusals said."""
-        if selection is None:
-            return None
-        target = plan.target
-        contract = normalize(list(target.version.mount_options)).options
-        adoption = adoption_status(plan, selection, contract, rollout)
+    def _adopts(self, adopter: Adopter, view: ClusterView) -> bool:
+        """Whether it adopts anything, or holds classes or volumes it adopted (to release those it no longer names)."""
+        return adopter.adopts or bool(view.adopted.get(self.name)) or any(
+            cls.adopted_by == self.name for cls in view.classes.values())
+
+    def _classes_fate(self, profile: Mapping, target: Target, selection: Selection, view: ClusterView) -> None:
+        """Once approved, the adopted classes are annotated (and the default class moved); a class no longer named is
+        released at once."""
         approved = target.approved and target.patches_volumes
         keep = selection.classes if approved else [name for name in selection.classes
                                                     if (cls := view.classes.get(name)) and cls.adopted_by == self.name]
@@ -316,7 +315,12 @@ class ProfileRollout:
                           make_default=bool((profile.get("spec") or {}).get("default")))
         for patch in fate.patches:
             self.classes.patch(patch.name, patch.body())
-            log.info("StorageProfile %s: StorageClass %s: %s", self.name, patch.name, patch.annotations)
+            log.info("StorageProfile %s: StorageClass %s: %s", self.name, patch.name, dict(patch.annotations))
+
+    def _adoption(self, profile: Mapping, plan: Plan, selection: Selection, rollout: Mapping) -> dict:
+        """status.adoption; each refusal not said before is an AdoptionRefused Event."""
+        contract = normalize(list(plan.target.version.mount_options)).options
+        adoption = adoption_status(plan, selection, contract, rollout)
         before = {(r["field"], r["message"]) for r in (ProfileStatus(profile.get("status")).adoption or {}).get(
             "refused") or []}
         for refusal in selection.refusals:
@@ -333,7 +337,7 @@ class ProfileRollout:
         self.wakeups.lineage(self.name, [*(version.storage_class for version in target.lineage),
                                          *adopter.storage_class_names],
                              selecting=adopter.volume_selector is not None)
-        if adopter.adopts or view.adopted.get(self.name):
+        if self._adopts(adopter, view):
             return True  # what it adopts (or releases) is read from the PVs themselves, their labels included
         volumes = {version.storage_class: list(volumes_by_class.get(version.storage_class, []))
                    for version in target.lineage}

@@ -3,8 +3,8 @@
 ``build_plan`` is also the dry run that `mountwarden plan` prints.
 """
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, replace
 
 from mountwarden.core.options.normalize import normalize
 from mountwarden.core.rollout.world import (
@@ -151,6 +151,13 @@ class Plan:
             "warnings": list(self.warnings),
         }
 
+
+
+def adopting(target: Target, taken: Collection[str], world: World) -> Target:
+    """The target with the PVs its spec.adopt takes (``taken``), and which of them are not adopted yet."""
+    names = frozenset(taken)
+    return replace(target, adopted=names, adopting=frozenset(
+        volume.name for volume in world.volumes if volume.name in names and volume.adopted_by != target.profile))
 
 
 def _same_options(declared: Sequence[str], other: Sequence[str]) -> bool:
