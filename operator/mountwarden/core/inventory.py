@@ -21,7 +21,7 @@ from typing import Protocol
 
 from mountwarden.core.admission import is_network_provisioner
 from mountwarden.core.adoption import Adopter
-from mountwarden.core.baseline import BASELINE_POLICY, UngovernedMount, audit
+from mountwarden.core.baseline import BASELINE_POLICY, BaselineVerdict, UngovernedMount, audit
 from mountwarden.core.compliance import Consumer, Contract, Verdict, VolumeState, assess
 from mountwarden.core.findings import Finding, Severity
 from mountwarden.core.networkstorage import NetworkVolume, class_file_system, efs_file_system_of, object_name
@@ -29,6 +29,7 @@ from mountwarden.core.node.activity import Thresholds
 from mountwarden.core.node.report import NodeReport, ReportedMount
 from mountwarden.core.options.compare import compare, values_said
 from mountwarden.core.options.normalize import normalize, with_kernel_defaults
+from mountwarden.core.options.presets import EFS_PROVISIONER
 from mountwarden.core.options.table import OptionValue
 from mountwarden.core.policyreport import compliance_findings
 from mountwarden.core.storageclass import ClassEntry
@@ -97,6 +98,8 @@ class VolumeView:
     governed_by: str | None
     adoption: dict | None
     pods: list[PodVolume] = field(default_factory=list)
+    #: The file system it is filed under.
+    fs: "FileSystemView | None" = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict:
         volume = self.volume
@@ -236,16 +239,10 @@ class ClusterFacts:
     network_provisioners: Collection[str] = ()
 
 
-def take_inventory(facts: ClusterFacts, *, now: datetime, stale_after: timedelta, baseline: bool = True,
-                   thresholds: Thresholds | None = None) -> Inventory:
-    """Every network volume and class by file system, each pod volume judged (a profile's contract, or the
-    baseline when ``baseline`` is on)."""
-    classes = {cls.name: cls for cls in facts.classes}
-    volumes = {volume.name: volume for volume in facts.volumes}
-    adopters = list(facts.adopters)
-    notes: list[str] = []
-
-    # Each report's mounts: of a PV (the kubelet names the directory after the PV), or in-line.
+def _placed(facts: ClusterFacts, volumes: dict[str, NetworkVolume]) -> tuple[
+        dict[str, list[tuple[str, ReportedMount]]], list[tuple[str, ReportedMount, PodLike]]]:
+    """Each report's pod mounts: of a PV (the kubelet names the directory after the PV; ``volumes`` gains those of
+    other CSI drivers a report shows as NFS), or in-line."""
     mounts_of: dict[str, list[tuple[str, ReportedMount]]] = defaultdict(list)
     inline: list[tuple[str, ReportedMount, PodLike]] = []
     for node, report in sorted(facts.reports.items()):
@@ -261,47 +258,67 @@ def take_inventory(facts: ClusterFacts, *, now: datetime, stale_after: timedelta
                 mounts_of[volume.name].append((node, mount))
             else:
                 inline.append((node, mount, pod))
-    if not facts.reports:
-        notes.append("no NodeMountReport: what is in effect on the nodes is unknown (is the mountwarden agent "
-                     "running?); classes and volumes are listed from their objects")
+    return mounts_of, inline
 
-    def governor(volume: NetworkVolume) -> str | None:
-        cls = classes.get(volume.storage_class)
-        for profile in ((cls.profile if cls else None), volume.adopted_by):
-            if profile and profile in facts.contracts:
-                return profile
-        return None
 
-    file_systems: dict[str, FileSystemView] = {}
+def _ungoverned(pod: PodLike, node: str, volume_name: str, mount: ReportedMount, report: NodeReport,
+                volume: NetworkVolume | None, *, efs: bool) -> UngovernedMount:
+    return UngovernedMount(
+        pod.uid, pod.namespace, pod.name, node, volume_name, mount, volume.mount_options if volume else None,
+        (volume.storage_class or None) if volume else None, efs=efs, kernel_release=report.kernel_release,
+        sqlite=tuple(use for use in report.sqlite if use.pod_uid == pod.uid and use.volume_name == volume_name))
 
-    def file_system(name: str, efs: bool) -> FileSystemView:
-        found = file_systems.setdefault(name, FileSystemView(name, efs))
+
+class _FileSystems(dict):
+    """File system name -> its view, made on first use."""
+
+    def of(self, name: str, efs: bool) -> FileSystemView:
+        found = self.setdefault(name, FileSystemView(name, efs))
         found.efs = found.efs or efs
         return found
 
-    # Volumes, each under its file system, with its pods and their verdicts.
-    views: dict[str, tuple[FileSystemView, VolumeView]] = {}
+
+def take_inventory(facts: ClusterFacts, *, now: datetime, stale_after: timedelta, baseline: bool = True,
+                   thresholds: Thresholds | None = None) -> Inventory:
+    """Every network volume and class by file system, each pod volume judged (a profile's contract, or the
+    baseline when ``baseline`` is on)."""
+    classes = {cls.name: cls for cls in facts.classes}
+    volumes = {volume.name: volume for volume in facts.volumes}
+    adopters = sorted(facts.adopters, key=lambda a: (a.created_at, a.profile))
+    mounts_of, inline = _placed(facts, volumes)
+    notes = [] if facts.reports else [
+        "no NodeMountReport: what is in effect on the nodes is unknown (is the mountwarden agent running?); "
+        "classes and volumes are listed from their objects"]
+
+    def governor(volume: NetworkVolume) -> str | None:
+        cls = classes.get(volume.storage_class)
+        return next((p for p in ((cls.profile if cls else None), volume.adopted_by) if p and p in facts.contracts),
+                    None)
+
+    file_systems = _FileSystems()
+    # Volumes, each under its file system, with its pods: a governed one's judged by its profile now, the others
+    # by the baseline below, all at once (a PV's writers are counted across the nodes).
+    views: dict[str, VolumeView] = {}
     ungoverned: list[UngovernedMount] = []
-    governed_verdicts: list[tuple[FileSystemView, str, Verdict]] = []
+    governed: list[tuple[FileSystemView, str, Verdict]] = []
     for name in sorted(volumes):
-        volume = volumes[name]
-        mounts = mounts_of.get(name, [])
+        volume, mounts = volumes[name], mounts_of.get(name, [])
         servers = {mount.server for _, mount in mounts if mount.server}
         cls = classes.get(volume.storage_class)
         key = (volume.file_system or (cls and class_file_system(cls.provisioner, cls.parameters))
                or next((efs_file_system_of(s) or s for s in sorted(servers)), None) or volume.source)
-        efs = volume.efs or bool(efs_file_system_of(key)) or (cls is not None and cls.provisioner == "efs.csi.aws.com")
-        fs = file_system(key, efs)
+        efs = volume.efs or bool(efs_file_system_of(key)) or (cls is not None and cls.provisioner == EFS_PROVISIONER)
+        fs = file_systems.of(key, efs)
         fs.servers |= servers | ({volume.server} if volume.server else set())
         governed_by = governor(volume)
-        view = VolumeView(volume, cls.mount_options if cls else None, governed_by, _adoption(volume, adopters))
+        view = views[name] = VolumeView(volume, cls.mount_options if cls else None, governed_by,
+                                        _adoption(volume, adopters), fs=fs)
         fs.volumes.append(view)
-        views[name] = fs, view
         if cls is not None:
             fs.classes.setdefault(cls.name, ClassView(cls)).volumes += 1
         by_pod = {mount.pod_uid: (node, mount) for node, mount in mounts}
-        pods = list(facts.pods_of_claim(*volume.claim)) if volume.claim else []
-        for pod in sorted(pods, key=lambda p: (p.namespace, p.name)):
+        for pod in sorted(facts.pods_of_claim(*volume.claim) if volume.claim else [], key=lambda p: (p.namespace,
+                                                                                                      p.name)):
             placed = by_pod.get(pod.uid)
             if governed_by is not None:
                 consumer = Consumer(pod.uid, pod.namespace, pod.name, pod.node, name, volume.mount_options,
@@ -312,70 +329,66 @@ def take_inventory(facts: ClusterFacts, *, now: datetime, stale_after: timedelta
                 view.pods.append(PodVolume(f"{pod.namespace}/{pod.name}", pod.uid, pod.node, governed_by,
                                            verdict.state, verdict.reason,
                                            placed[1].effective_options if placed else None, verdict.findings))
-                governed_verdicts.append((fs, governed_by, verdict))
+                governed.append((fs, governed_by, verdict))
             elif placed is not None:
                 node, mount = placed
-                report = facts.reports[node]
-                ungoverned.append(UngovernedMount(
-                    pod.uid, pod.namespace, pod.name, node, name, mount, volume.mount_options,
-                    volume.storage_class or None, efs=efs, kernel_release=report.kernel_release,
-                    sqlite=tuple(u for u in report.sqlite if u.pod_uid == pod.uid and u.volume_name == name)))
+                ungoverned.append(_ungoverned(pod, node, name, mount, facts.reports[node], volume, efs=efs))
             else:
                 view.pods.append(PodVolume(f"{pod.namespace}/{pod.name}", pod.uid, pod.node, BASELINE,
                                            VolumeState.UNKNOWN, _unseen(pod, facts.reports)))
-    for node, mount, pod in inline:
-        key = efs_file_system_of(mount.server) or mount.server or "unknown"
-        report = facts.reports[node]
-        ungoverned.append(UngovernedMount(
-            pod.uid, pod.namespace, pod.name, node, mount.volume_name, mount, None, None,
-            efs=bool(efs_file_system_of(key)), kernel_release=report.kernel_release,
-            sqlite=tuple(u for u in report.sqlite if u.pod_uid == pod.uid and u.volume_name == mount.volume_name)))
+    ungoverned += [_ungoverned(pod, node, mount.volume_name, mount, facts.reports[node], None,
+                               efs=bool(efs_file_system_of(mount.server))) for node, mount, pod in inline]
 
     # Classes on network storage that no volume of theirs showed, each under the file system it names.
+    listed = {name for fs in file_systems.values() for name in fs.classes}
     for cls in classes.values():
-        if any(cls.name in fs.classes for fs in file_systems.values()):
-            continue
-        if not (is_network_provisioner(cls.provisioner, facts.network_provisioners) or cls.profile):
+        if cls.name in listed or not (is_network_provisioner(cls.provisioner, facts.network_provisioners)
+                                      or cls.profile):
             continue
         key = class_file_system(cls.provisioner, cls.parameters) or cls.provisioner
-        file_system(key, cls.provisioner == "efs.csi.aws.com" or bool(efs_file_system_of(key))).classes[cls.name] = \
-            ClassView(cls)
+        fs = file_systems.of(key, cls.provisioner == EFS_PROVISIONER or bool(efs_file_system_of(key)))
+        fs.classes[cls.name] = ClassView(cls)
     for fs in file_systems.values():
         for view in fs.classes.values():
-            view.adoption_pending_by = next((a.profile for a in sorted(adopters, key=lambda a: (a.created_at, a.profile))
-                                             if view.entry.name in a.storage_class_names
+            view.adoption_pending_by = next((a.profile for a in adopters if view.entry.name in a.storage_class_names
                                              and view.entry.adopted_by != a.profile), None)
 
-    # The baseline, over every ungoverned pod volume at once (a PV's writers are counted across nodes).
-    verdicts = audit(ungoverned, thresholds) if baseline else []
-    by_mount = {(v.mount.pod_uid, v.mount.volume_name): v for v in verdicts}
-    for mount in ungoverned:
-        verdict = by_mount.get((mount.pod_uid, mount.volume_name))
-        findings = verdict.findings if verdict else ()
-        counting = [f for f in findings if f.counts]
-        state = VolumeState.DRIFTED if counting else VolumeState.COMPLIANT
-        reason = str(counting[0].reason) if counting else ("MeetsBaseline" if baseline else "BaselineOff")
-        pod_volume = PodVolume(mount.pod, mount.pod_uid, mount.node, BASELINE, state, reason,
-                               mount.mount.effective_options, findings)
-        if mount.persistent:
-            fs, view = views[mount.volume_name]
-            view.pods.append(pod_volume)
-        else:
-            key = efs_file_system_of(mount.mount.server) or mount.mount.server or "unknown"
-            fs = file_system(key, mount.efs)
-            if mount.mount.server:
-                fs.servers.add(mount.mount.server)
-            fs.inline.append(InlineVolume(mount.volume_name, mount.mount.server, pod_volume))
-        if verdict is not None:
-            fs.findings += verdict.published()
-    for fs, profile, verdict in governed_verdicts:
+    for verdict in audit(ungoverned, thresholds) if baseline else []:
+        _file_baseline(verdict, verdict.findings, views, file_systems)
+    if not baseline:
+        for mount in ungoverned:
+            _file_baseline(None, (), views, file_systems, mount)
+    for fs, profile, verdict in governed:
         fs.findings += compliance_findings(profile, [verdict])
-
     for fs in file_systems.values():
         for view in fs.volumes:
             view.pods.sort(key=lambda p: p.pod)
         fs.disagreements = _disagreements(fs, classes, mounts_of)
     return Inventory(sorted(file_systems.values(), key=lambda fs: fs.name), notes, now)
+
+
+def _file_baseline(verdict: BaselineVerdict | None, findings: Sequence[Finding], views: Mapping[str, VolumeView],
+                   file_systems: _FileSystems, mount: UngovernedMount | None = None) -> None:
+    """One ungoverned pod volume's verdict, under its volume (or, in-line, its server), its findings under its file
+    system."""
+    mount = verdict.mount if verdict is not None else mount
+    assert mount is not None
+    counting = [f for f in findings if f.counts]
+    state = VolumeState.DRIFTED if counting else VolumeState.COMPLIANT
+    reason = str(counting[0].reason) if counting else ("MeetsBaseline" if verdict is not None else "BaselineOff")
+    pod_volume = PodVolume(mount.pod, mount.pod_uid, mount.node, BASELINE, state, reason,
+                           mount.mount.effective_options, tuple(findings))
+    if mount.persistent:
+        view = views[mount.volume_name]
+        view.pods.append(pod_volume)
+        fs = view.fs
+    else:
+        fs = file_systems.of(efs_file_system_of(mount.mount.server) or mount.mount.server or "unknown", mount.efs)
+        if mount.mount.server:
+            fs.servers.add(mount.mount.server)
+        fs.inline.append(InlineVolume(mount.volume_name, mount.mount.server, pod_volume))
+    if verdict is not None:
+        fs.findings += verdict.published()
 
 
 def _unseen(pod: PodLike, reports: Mapping[str, NodeReport]) -> str:
