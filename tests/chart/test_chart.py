@@ -530,7 +530,11 @@ CLIENT_CALLS = {
     "get_cluster_custom_object": [("mountwarden.io", "storageprofiles", "get"),
                                   ("kopf.dev", "clusterkopfpeerings", "get", PEERING_NAME)],
     "patch_cluster_custom_object_status": [("mountwarden.io", "storageprofiles/status", "patch")],
-    "list_cluster_custom_object": [("mountwarden.io", "nodemountreports", "list")],  # rollouts
+    # Rollouts read the reports; the inventory lists the NetworkFileSystems it wrote (and `mountwarden inventory`,
+    # with the user's credentials, the profiles too: kopf lists those already).
+    "list_cluster_custom_object": [("mountwarden.io", "nodemountreports", "list"),
+                                   ("mountwarden.io", "networkfilesystems", "list"),
+                                   ("mountwarden.io", "storageprofiles", "list")],
     # adapters/watches.py: PVs, claims and pods listed in pages and watched (rollouts also list PVs).
     "list_persistent_volume": [("", "persistentvolumes", "list"), ("", "persistentvolumes", "watch")],
     "list_persistent_volume_claim_for_all_namespaces": [("", "persistentvolumeclaims", "list"),
@@ -556,14 +560,15 @@ CLIENT_CALLS = {
         ("admissionregistration.k8s.io", "validatingwebhookconfigurations", "patch", ENFORCE_NAME)],
     # Only in local mode (a stopped operator withdraws the configuration it registered): never in a cluster.
     "delete_validating_webhook_configuration": [],
-    # PolicyReports, only with policyReports.enabled (POLICY_REPORT_CALLS); discovery needs no role.
+    # The inventory's NetworkFileSystems (the cluster-scoped calls); PolicyReports, only with policyReports.enabled
+    # (POLICY_REPORT_CALLS); discovery needs no role.
     "get_api_resources": [],
     "create_namespaced_custom_object": [],
-    "create_cluster_custom_object": [],
+    "create_cluster_custom_object": [("mountwarden.io", "networkfilesystems", "create")],
     "patch_namespaced_custom_object": [],
-    "patch_cluster_custom_object": [],
+    "patch_cluster_custom_object": [("mountwarden.io", "networkfilesystems", "patch")],
     "delete_namespaced_custom_object": [],
-    "delete_cluster_custom_object": [],
+    "delete_cluster_custom_object": [("mountwarden.io", "networkfilesystems", "delete")],
 }
 REPORTS_NAME = "mountwarden"
 POLICY_REPORT_CALLS = [
@@ -662,6 +667,16 @@ def test_policy_reports_are_opt_in_with_their_flag_and_exactly_their_rbac(defaul
     granted = {(group, resource, verb) for role in roles for rule in role["rules"]
                for group in rule["apiGroups"] for resource in rule["resources"] for verb in rule["verbs"]}
     assert granted - wanted == set()
+
+
+def test_the_baseline_is_on_by_default_and_its_value_turns_it_off(default, render):
+    from mountwarden.cli import app
+
+    assert "--no-baseline" not in container(find(default, "Deployment"))["args"]
+    subcommand, *args = container(find(render("--set", "baseline.enabled=false"), "Deployment"))["args"]
+    assert "--no-baseline" in args
+    context = typer.main.get_command(app).commands[subcommand].make_context(subcommand, list(args))
+    assert context.params["baseline"] is False
 
 
 def test_no_role_has_wildcards_secrets_or_exec(default):

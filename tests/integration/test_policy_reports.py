@@ -31,14 +31,15 @@ def reporting_operator(cluster, moto_endpoint: str, log_dir) -> OperatorProcess:
 
 @pytest.fixture(scope="module")
 def policy_report_crds(cluster) -> Iterator[None]:
-    """The upstream CRDs, installed for this module and removed after it (an existing cluster keeps its own)."""
+    """The upstream CRDs, installed for a module and removed after it (an existing cluster keeps its own), and
+    waited for: test_without_the_crds_the_operator_says_so_once_and_runs_on needs a cluster without them."""
     served_before = cluster.kubectl("get", "crd", "policyreports.wgpolicyk8s.io", check=False).returncode == 0
     for path in sorted(CRDS.glob("*.yaml")):
         cluster.kubectl("apply", "--server-side", "-f", str(path))
     cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(CRDS))
     yield
     if not served_before:
-        cluster.kubectl("delete", "--wait=false", "-f", str(CRDS))
+        cluster.kubectl("delete", "--wait=true", "-f", str(CRDS))
 
 
 @pytest.fixture(scope="module")

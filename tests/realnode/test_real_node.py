@@ -7,8 +7,13 @@ carrying their StorageClass's mountOptions, as a provisioner would copy them; wh
 is what this kernel and this kubelet really do with them.
 """
 
+import json
+import subprocess
+import sys
 import time
 
+import kubernetes
+import pytest
 from tests.integration.test_compliance import compliance, pod_events
 from tests.support import profile_body, wait_for
 
@@ -98,6 +103,89 @@ def test_the_node_is_a_real_kubelet_on_the_lab_kernel(real_node, kube):
     assert info.kernel_version.startswith("6.1")
     assert info.boot_id == real_node.vm.read_text("/proc/sys/kernel/random/boot_id").strip()
     assert "kwok.x-k8s.io/node" not in (node.metadata.annotations or {})
+
+
+@pytest.mark.timeout(1500)
+def test_a_volume_from_before_the_operator_is_audited_adopted_and_remounted_with_the_profiles_options(
+        real_node, crds_installed, kube, namespace, unique, request, cluster):
+    """Day one on a real kubelet: an in-tree NFS PV with the import's flags, its pod mounted before the operator
+    runs; the baseline names the flags from the kernel's own mount; a profile adopts the class and, once approved,
+    the pod is restarted and the kernel's mountinfo shows the profile's options; the inventory shows it governed
+    and compliant. (Before any other test of this module that starts the module's operator: it starts only once
+    the world is there.) Two real pod starts under TCG: more than the default guard."""
+    legacy, profile = f"legacy-nfs-{unique}", f"adopter-{unique}"
+    provisioner = "k8s-sigs.io/nfs-subdir-external-provisioner"
+    import_flags = ["sync", "actimeo=0", "lookupcache=none"]
+    kube.storage.create_storage_class({"metadata": {"name": legacy}, "provisioner": provisioner,
+                                       "mountOptions": import_flags, "reclaimPolicy": "Retain"})
+    request.addfinalizer(lambda: kube.storage.delete_storage_class(legacy))
+    pv = make_volume(kube, real_node, namespace, f"pv-legacy-{unique}", legacy, import_flags, f"/legacy-{unique}")
+    kube.apps.create_namespaced_deployment(namespace, {
+        "metadata": {"name": "app"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "app"}},
+                 "template": {"metadata": {"labels": {"app": "app"}}, "spec": pod_spec(pv, pinned=False)}},
+    })
+    old = wait_for(lambda: running_app(kube, namespace), timeout=TIMEOUT, interval=2, what="app Running")
+    wait_for(lambda: reported(kube, old.metadata.uid), timeout=TIMEOUT, what="the agent's report of its volume")
+    kernel = mountinfo_line(real_node, old.metadata.uid, pv).split()[-1].split(",")  # the superblock's options
+    assert {"sync", "acregmin=0", "acregmax=0", "acdirmin=0", "acdirmax=0", "lookupcache=none"} <= set(kernel), kernel
+
+    request.getfixturevalue("operator")  # installed now, onto a cluster that already has the volume
+    (said,) = wait_for(lambda: [m for r, m in pod_events(kube, namespace, old.metadata.name) if r == "RoundTripOptions"],
+                       timeout=TIMEOUT, interval=2, what="the baseline's RoundTripOptions Event on the pod")
+    assert "sync, actimeo=0, lookupcache=none" in said and "no StorageProfile governs it: the baseline" in said
+    before = wait_for(lambda: (o := netfs(kube, NFS_SERVER)) and pv in volumes_of(o) and o, timeout=TIMEOUT,
+                      what="the inventory of the node's NFS server")
+    assert volumes_of(before)[pv].get("governedBy") is None
+    assert volumes_of(before)[pv]["pods"][0]["state"] == "drifted"
+
+    body = profile_body(profile, "cached", backend={"provisioner": provisioner, "kind": "nfs"},
+                        rollout={"strategy": "PatchBoundVolumes", "approval": "Manual"},
+                        adopt={"storageClassNames": [legacy]})
+    kube.apply_profile(body)
+    request.addfinalizer(lambda: kube.delete_profile(profile))
+
+    def adoption() -> dict:
+        return ((kube.profile(profile) or {}).get("status") or {}).get("adoption") or {}
+
+    observed = wait_for(lambda: (a := adoption()).get("phase") == "AwaitingApproval" and a, timeout=TIMEOUT,
+                        what="the adoption awaiting approval")
+    assert [v["name"] for v in observed["volumes"]] == [pv]
+    assert observed["workloads"] == [f"Deployment/{namespace}/app"]
+    kube.custom.patch_cluster_custom_object("mountwarden.io", "v1alpha1", "storageprofiles", profile, {
+        "metadata": {"annotations": {"mountwarden.io/approve-rollout": observed["approvalKey"]}}})
+    wait_for(lambda: adoption().get("phase") == "Adopted", timeout=TIMEOUT * 2, interval=2,
+             what="the adoption Adopted: the pod restarted and verified on the real node")
+    new = running_app(kube, namespace)
+    assert new is not None and new.metadata.uid != old.metadata.uid
+    # The kernel's own word: the new pod's mount has the profile's options, and none of the import's flags.
+    kernel = mountinfo_line(real_node, new.metadata.uid, pv).split()[-1].split(",")
+    assert {"acregmin=600", "acregmax=600", "acdirmin=600", "acdirmax=600"} <= set(kernel), kernel
+    assert not {"sync", "lookupcache=none"} & set(kernel), kernel
+    assert kube.core.read_namespaced_persistent_volume_claim(pv, namespace).spec.volume_name == pv
+    after = wait_for(lambda: (o := netfs(kube, NFS_SERVER)) and (v := volumes_of(o).get(pv))
+                     and v.get("governedBy") == profile and [p["state"] for p in v["pods"]] == ["compliant"] and o,
+                     timeout=TIMEOUT, interval=2, what="the inventory showing the volume governed and compliant")
+    (pod,) = volumes_of(after)[pv]["pods"]
+    assert pod["contract"] == profile and pod["uid"] == new.metadata.uid
+    result = subprocess.run([sys.executable, "-m", "mountwarden", "inventory", "--json", "--kubeconfig",
+                             str(cluster.kubeconfig)], capture_output=True, text=True, timeout=120)
+    (item,) = [i for i in json.loads(result.stdout)["items"] if i["name"] == NFS_SERVER]
+    assert {v["name"]: v["governedBy"] for v in item["volumes"]}[pv] == profile
+    kube.apps.delete_namespaced_deployment("app", namespace)
+
+
+def netfs(kube, name: str) -> dict | None:
+    try:
+        return kube.custom.get_cluster_custom_object("mountwarden.io", "v1alpha1", "networkfilesystems", name)
+    except kubernetes.client.ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+
+
+def volumes_of(netfs_object: dict) -> dict[str, dict]:
+    return {volume["name"]: volume for volume in netfs_object["spec"].get("volumes", [])}
 
 
 def test_a_pod_mounts_real_nfs_with_its_class_options_and_is_audited(real_node, kube, operator, namespace, unique):

@@ -50,7 +50,25 @@ def test_listeners_hear_what_changed_and_only_that():
     volumes.load({"uid-a": volume_entries(pv("a"))})
     volumes.apply("uid-a", volume_entries(pv("a")))  # the same entries: nothing to tell
     volumes.apply("uid-a", {})
-    assert heard == [("uid-a", set(), set(VOLUME_INDEXES)), ("uid-a", set(VOLUME_INDEXES), set())]
+    filed = {"volumes_by_class", "claims_by_volume"}  # not on network storage, adopted by nobody
+    assert heard == [("uid-a", set(), filed), ("uid-a", filed, set())]
+
+
+def test_a_pv_on_network_storage_files_what_it_is_and_an_adopted_one_its_adopter():
+    nfs = {**pv("a"), "spec": {**pv("a")["spec"], "nfs": {"server": "fs-0123456789abcdef0.efs.eu-west-1.amazonaws.com",
+                                                           "path": "/"}, "mountOptions": ["sync"]}}
+    nfs["metadata"]["annotations"] = {"mountwarden.io/adopted-by": "importer"}
+    ebs = {**pv("b"), "spec": {**pv("b")["spec"], "csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-1"}}}
+    other = {**pv("c"), "spec": {**pv("c")["spec"], "csi": {"driver": "files.example.com", "volumeHandle": "x"}}}
+    volumes = ReducedWatch("persistentvolumes", None, volume_entries, VOLUME_INDEXES)
+    volumes.load({"a": volume_entries(nfs), "b": volume_entries(ebs),
+                  "c": volume_entries(other, network_drivers=("files.example.com",))})
+    (found,) = volumes.indexes["network_volumes"].get("a")
+    assert (found.source, found.file_system_id, found.adopted_by) == ("nfs", "fs-0123456789abcdef0", "importer")
+    assert "b" not in volumes.indexes["network_volumes"]  # EBS is not network storage
+    assert volumes.indexes["network_volumes"].get("c")[0].source == "files.example.com"  # named by the operator
+    assert volumes.indexes["volumes_by_adopter"].get("importer") == ("a",)
+    assert volumes.indexes["claims_by_volume"].get("a")[0]["adoptedBy"] == "importer"
 
 
 def test_pods_are_kept_by_uid_and_claim_with_their_node_and_only_if_they_can_mount_a_report_volume():

@@ -7,6 +7,7 @@ import yaml
 
 from mountwarden.api.storageprofile import RolloutWorkload
 from mountwarden.cli.docs import rendered
+from mountwarden.core.adoption import AdoptionPhase
 from mountwarden.core.compliance import ComplianceReason, VerdictReason
 from mountwarden.core.credits import CreditState, ProblemReason
 from mountwarden.core.findings import Reason
@@ -36,7 +37,7 @@ def rollout_reasons() -> set[str]:
 
 
 def test_the_runbook_has_an_entry_for_every_reason():
-    enums = (Reason, VerdictReason, ComplianceReason, CreditState, ProblemReason, Phase)
+    enums = (Reason, VerdictReason, ComplianceReason, CreditState, ProblemReason, Phase, AdoptionPhase)
     reasons = {str(r) for enum in enums for r in enum} | HANDLER_REASONS | rollout_reasons()
     missing = sorted(reasons - HEADINGS)
     assert not missing, f"docs/runbook.md has no '### <reason>' entry for {missing}"

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 BIN = Path(sys.executable).parent
 #: Subcommands that need a cluster, an AWS account, a long-running process or the kernel lab's VM.
-NOT_RUN_HERE = ("plan", "credits forecast", "credits watch", "dev-cluster", "dev-cluster up", "dev-cluster down",
+NOT_RUN_HERE = ("plan", "inventory", "credits forecast", "credits watch", "dev-cluster", "dev-cluster up", "dev-cluster down",
                 "operator", "agent", "lab build", "lab try", "lab measure")
 
 

@@ -10,7 +10,7 @@ PodDisruptionBudgets hold.
 
 import json
 import logging
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import kubernetes
@@ -26,6 +26,7 @@ from mountwarden.core.rollout import (
     DisruptionBudget,
     PatchVolume,
     Pod,
+    ReleaseVolume,
     RemountPod,
     RestartWorkload,
     Volume,
@@ -77,12 +78,15 @@ class ClusterWorkloads:
         self.policy = kubernetes.client.PolicyV1Api(client)
         self.custom = kubernetes.client.CustomObjectsApi(client)
 
-    def read(self, lineage: Collection[str], *, with_reports: bool) -> World:
-        """The PVs of the classes in ``lineage`` and everything that mounts them."""
+    def read(self, lineage: Collection[str], *, with_reports: bool,
+             also: Callable[[Sequence[Mapping]], Collection[str]] | None = None) -> World:
+        """The PVs of the classes in ``lineage`` (and those ``also`` picks from the listed PVs, by name: the ones a
+        profile adopts) and everything that mounts them."""
         with transient_errors():
             pvs = _items(self.core.list_persistent_volume(_preload_content=False), "PersistentVolume")
+        picked = set(also(pvs)) if also is not None else set()
         volumes = tuple(Volume.from_object(pv) for pv in pvs if (pv.get("spec") or {}).get("storageClassName")
-                        in lineage)
+                        in lineage or pv["metadata"]["name"] in picked)
         pods: list[Pod] = []
         workloads: list[Workload] = []
         parents: dict[WorkloadRef, WorkloadRef | None] = {}
@@ -148,14 +152,15 @@ class ClusterWorkloads:
             reports[report.node] = report
         return reports
 
-    def perform(self, actions: Iterable[PatchVolume | RestartWorkload | RemountPod]) -> list[RefusedEviction]:
+    def perform(self, actions: Iterable[PatchVolume | RestartWorkload | RemountPod | ReleaseVolume],
+                ) -> list[RefusedEviction]:
         """In order; the first failure stops the rest (the next tick decides again from the world).
 
         Returns the evictions the API refused (a PodDisruptionBudget changed since the world was read).
         """
         refused = []
         for action in actions:
-            if isinstance(action, PatchVolume):
+            if isinstance(action, PatchVolume | ReleaseVolume):
                 self.patch_volume(action)
             elif isinstance(action, RestartWorkload):
                 self.restart(action)
@@ -163,7 +168,7 @@ class ClusterWorkloads:
                 refused.append(refusal)
         return refused
 
-    def patch_volume(self, action: PatchVolume) -> None:
+    def patch_volume(self, action: PatchVolume | ReleaseVolume) -> None:
         with transient_errors():
             self.core.patch_persistent_volume(action.name, action.body())
 

@@ -1,6 +1,6 @@
 """The CRDs mountwarden defines, by file name under crds/."""
 
-from mountwarden.api import nodemountreport, storageprofile
+from mountwarden.api import networkfilesystem, nodemountreport, storageprofile
 from mountwarden.api.crdgen import CrdSpec, build_crd, render_yaml
 
 STORAGE_PROFILE = CrdSpec(
@@ -38,9 +38,33 @@ NODE_MOUNT_REPORT = CrdSpec(
     ),
 )
 
+NETWORK_FILE_SYSTEM = CrdSpec(
+    kind=networkfilesystem.KIND,
+    plural=networkfilesystem.PLURAL,
+    short_names=("netfs",),
+    description="NetworkFileSystem is the operator's view of one file system on network storage (an EFS file "
+    "system or an NFS server), kept whether or not a StorageProfile exists: its StorageClasses and "
+    "PersistentVolumes, their claims, pods and nodes, which profile governs each or none, the options in the "
+    "class, in the PV and in effect on the nodes, where they disagree, and every finding on its volumes. Written "
+    "by the operator; named after the file system.",
+    spec_model=networkfilesystem.NetworkFileSystemSpec,
+    status_model=None,
+    printer_columns=(
+        {"name": "Kind", "type": "string", "jsonPath": ".spec.kind"},
+        {"name": "Classes", "type": "integer", "jsonPath": ".spec.summary.classes"},
+        {"name": "Volumes", "type": "integer", "jsonPath": ".spec.summary.volumes"},
+        {"name": "Pods", "type": "integer", "jsonPath": ".spec.summary.pods"},
+        {"name": "Ungoverned", "type": "integer", "jsonPath": ".spec.summary.ungoverned"},
+        {"name": "Findings", "type": "integer", "jsonPath": ".spec.summary.findings"},
+        {"name": "Checked", "type": "date", "jsonPath": ".spec.checkedAt"},
+        {"name": "File system", "type": "string", "jsonPath": ".spec.fileSystem", "priority": 1},
+    ),
+)
+
 ALL: dict[str, CrdSpec] = {
     "mountwarden.io_storageprofiles.yaml": STORAGE_PROFILE,
     "mountwarden.io_nodemountreports.yaml": NODE_MOUNT_REPORT,
+    "mountwarden.io_networkfilesystems.yaml": NETWORK_FILE_SYSTEM,
 }
 
 

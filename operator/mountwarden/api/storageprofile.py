@@ -11,6 +11,8 @@ from enum import StrEnum
 from pydantic import Field
 
 from mountwarden.api.base import ApiModel, Condition, LabelSelector
+from mountwarden.core.adoption import Adopter, AdoptionPhase
+from mountwarden.core.compliance import Contract
 from mountwarden.core.node.activity import Thresholds, efs_file_system_limit
 from mountwarden.core.options.presets import EFS_PROVISIONER, CachePolicy
 from mountwarden.core.policy import ResolvedPolicy, backend_kind, resolve_policy
@@ -116,6 +118,27 @@ class Remediation(ApiModel):
     )
 
 
+class Adopt(ApiModel):
+    """Classes and PersistentVolumes that were there before this profile, for it to take over."""
+
+    storage_class_names: list[str] = Field(
+        default_factory=list,
+        description="StorageClasses whose bound PersistentVolumes this profile takes over. The class is kept and "
+        "annotated mountwarden.io/adopted-by and mountwarden.io/superseded-by (admission then tells whoever "
+        "creates a claim of it to use this profile's class, and a volume its provisioner still makes is adopted "
+        "at the next approval); with spec.default: true its default-class annotation moves to this profile's "
+        "class. Refused (status.adoption.refused, an AdoptionRefused Event): a class another profile governs or "
+        "adopts (the profile created first keeps it), a class of another provisioner than "
+        "spec.backend.provisioner.",
+    )
+    volume_selector: LabelSelector | None = Field(
+        default=None,
+        description="PersistentVolumes to take over by their labels, whatever their class. Refused: a volume not "
+        "on network storage, one another profile governs or adopts (the profile created first keeps it), one "
+        "made by another provisioner than spec.backend.provisioner.",
+    )
+
+
 class Throughput(ApiModel):
     """What bounds a mount's throughput: the per-flow cap, and what nconnect advice is sized from."""
 
@@ -200,6 +223,17 @@ class StorageProfileSpec(ApiModel):
         "volumes: evict pods on a stale file handle (opt-in).")
     default: bool = Field(
         default=False, description="Make the newest StorageClass version the cluster's default class."
+    )
+    adopt: Adopt | None = Field(
+        default=None,
+        description="Take over existing classes and their bound volumes, without copying data. First only "
+        "observed: status.adoption lists every volume it would take and how its mountOptions differ from this "
+        "contract, status.rollout the plan (PVs patched, workloads restarted, in order). Then, as "
+        "spec.rollout.approval allows (Manual: the annotation mountwarden.io/approve-rollout with the value "
+        "status.adoption.approvalKey), each PV's mountOptions are patched, its workloads restarted one at a "
+        "time (evictions, PodDisruptionBudgets) and every replica verified on its node; from then on this "
+        "profile governs them. Claims keep their names; nothing is deleted or recreated. Needs "
+        "spec.rollout.strategy: PatchBoundVolumes.",
     )
 
     def resolve(self) -> ResolvedPolicy:
@@ -509,6 +543,51 @@ class RolloutStatus(ApiModel):
     guidance: str | None = Field(default=None, description="How to migrate consumers to the new class.")
 
 
+class AdoptionDifference(ApiModel):
+    option: str = Field(description="The option, as a mount names it.")
+    contract: str = Field(description="What this profile's contract has.")
+    volume: str = Field(description="What the PersistentVolume's mountOptions have (the kernel default when absent).")
+
+
+class AdoptedVolume(ApiModel):
+    """A PersistentVolume spec.adopt takes over."""
+
+    name: str = Field(description="The PersistentVolume.")
+    storage_class_name: str = Field(default="", description="Its class (it keeps it).")
+    claim: str | None = Field(default=None, description="namespace/name of its claim (it keeps it).")
+    mount_options: list[str] = Field(default_factory=list, description="Its spec.mountOptions now.")
+    state: str = Field(description="Pending (not adopted yet) or Adopted (mountwarden.io/adopted-by on the PV).")
+    action: str = Field(description="What the approved plan does to it: adopt (patch its mountOptions and annotate "
+                                    "it), patch, or keep.")
+    differences: list[AdoptionDifference] = Field(
+        default_factory=list, description="How its mountOptions differ from the contract, option by option.")
+
+
+class AdoptionRefusal(ApiModel):
+    field: str = Field(description="The field of the spec that names what is refused.")
+    reason: str = Field(description="ClassGoverned, ClassAdopted, ProvisionerDiffers, NotNetworkStorage, "
+                                    "VolumeGoverned, VolumeAdopted or StrategyNewStorageClass.")
+    message: str = Field(description="What is refused, and why.")
+
+
+class AdoptionStatus(ApiModel):
+    """What spec.adopt takes over, and where that stands."""
+
+    phase: AdoptionPhase = Field(description="NothingToAdopt, Refused, AwaitingApproval, Adopting or Adopted.")
+    message: str = Field(description="Where the adoption stands, in one line, with the command that approves it.")
+    approval_key: str | None = Field(
+        default=None, description="The value of mountwarden.io/approve-rollout that approves the plan (with "
+        "approval Manual): the version and, while volumes wait to be adopted, a digest of which.")
+    storage_class_names: list[str] = Field(default_factory=list, description="The classes taken over.")
+    volumes: list[AdoptedVolume] = Field(default_factory=list, description="Every volume taken over, by name.")
+    workloads: list[str] = Field(
+        default_factory=list, description="Kind/namespace/name of the workloads restarted for it, in the order the "
+        "rollout restarts them (status.rollout.workloads has where each stands).")
+    refused: list[AdoptionRefusal] = Field(default_factory=list, description="What spec.adopt names and cannot "
+                                                                           "take, each naming its field (the first "
+                                                                           "20).")
+
+
 class ComplianceCounts(ApiModel):
     compliant: int = Field(default=0, description="Mounted as declared, confirmed by the node's report.")
     drifted: int = Field(default=0, description="Mounted with other options (or SQLite against the policy).")
@@ -569,6 +648,30 @@ class StorageProfileStatus(ApiModel):
     observed_generation: int | None = Field(default=None, description="The spec generation last reconciled.")
     rollout: RolloutStatus | None = Field(
         default=None, description="How the current version reaches volumes bound before it (spec.rollout)."
+    )
+    adoption: AdoptionStatus | None = Field(
+        default=None, description="What spec.adopt takes over, how each volume differs, and where it stands."
+    )
+
+
+def contract_of(spec: StorageProfileSpec, policy: ResolvedPolicy, status: Mapping | None) -> Contract:
+    """A valid profile's contract, as compliance judges its volumes by."""
+    return Contract(policy.options, tuple(spec.required_options), tuple(spec.forbidden_options), str(spec.sqlite),
+                    spec.thresholds(ProfileStatus(status).throughput_mode),
+                    backend_kind(spec.backend.provisioner, spec.backend.kind))
+
+
+def adopter_of(name: str, spec: StorageProfileSpec, created_at: str | None, status: Mapping | None = None) -> Adopter:
+    """What a profile's spec.adopt takes over, as mountwarden.core.adoption judges it (and what it last listed)."""
+    adopt = spec.adopt or Adopt()
+    listed = frozenset(volume["name"] for volume in (ProfileStatus(status).adoption or {}).get("volumes") or [])
+    return Adopter(
+        profile=name, storage_class_names=tuple(adopt.storage_class_names),
+        volume_selector=adopt.volume_selector.to_wire() if adopt.volume_selector is not None else None,
+        provisioner=spec.backend.provisioner,
+        patches_volumes=spec.rollout.strategy == RolloutStrategy.PATCH_BOUND_VOLUMES,
+        created_at=created_at or "",
+        listed=listed,
     )
 
 
@@ -634,3 +737,8 @@ class ProfileStatus:
     @property
     def rollout_phase(self) -> str | None:
         return (self.rollout or {}).get("phase")
+
+    @property
+    def adoption(self) -> Mapping | None:
+        """status.adoption as the rollout wrote it (mountwarden.handlers.rollouts)."""
+        return self._status.get("adoption")

@@ -81,7 +81,7 @@ def _rollout_reference() -> str:
 
 def rendered() -> dict[str, str]:
     """File name -> Markdown of every generated reference page."""
-    from mountwarden.api import nodemountreport, storageprofile
+    from mountwarden.api import networkfilesystem, nodemountreport, storageprofile
     from mountwarden.api.docgen import model_reference
     from mountwarden.core.options import presetsheet
     from mountwarden.core.options.kernelfacts import facts
@@ -98,6 +98,12 @@ def rendered() -> dict[str, str]:
             "`mountwarden.io/v1alpha1`, cluster-scoped, short name `nmr`, named after its node and written only "
             "by that node's agent: what is really mounted there.",
             nodemountreport.NodeMountReportSpec),
+        "networkfilesystem.md": model_reference(
+            "NetworkFileSystem reference",
+            "`mountwarden.io/v1alpha1`, cluster-scoped, short name `netfs`, one per file system (an EFS file system "
+            "or an NFS server), written only by the operator from its inventory, with or without any StorageProfile "
+            "(`kubectl get netfs`; `mountwarden inventory` prints the same without the operator).",
+            networkfilesystem.NetworkFileSystemSpec),
         "metrics.md": _metrics_reference(),
         "kernel-behaviour.md": factsdoc.render(facts()),
         "rollout.md": _rollout_reference(),

@@ -143,12 +143,22 @@ def operator_command(
         help="Publish findings (drift, SQLite on NFS, shared superblocks, ignored nconnect, draining credits) as "
              "wgpolicyk8s.io/v1alpha2 PolicyReports, one per namespace, and a ClusterPolicyReport. Needs their "
              "CRDs (Kyverno and Policy Reporter ship them); without them the operator says so once and runs on.")] = False,
+    baseline: Annotated[bool, typer.Option(
+        "--baseline/--no-baseline", envvar="MOUNTWARDEN_BASELINE",
+        help="Judge every pod volume on network storage that no StorageProfile governs against the baseline (the "
+             "kernel's defaults and the hazards: the import's sync/actimeo=0/lookupcache=none, soft on a writable "
+             "volume, locks kept on each node with writers on several, a missing noresvport on EFS, SQLite on NFS, "
+             "options inherited through a shared superblock, an ignored nconnect, how the mount is doing): Events, "
+             "metrics and PolicyReports under the policy mountwarden-baseline. The inventory (kubectl get netfs) is "
+             "kept either way.")] = True,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every handler and API call.")] = False,
 ) -> None:
     """Run the controller: StorageProfiles into versioned StorageClasses, proof of every mount, rollouts, warnings.
 
     It reconciles each StorageProfile into versioned StorageClasses (<profile>-v<N>), compares every pod
     volume of a profile with what the node agents report really mounted (status.compliance, pod Events),
+    keeps an inventory of every volume on network storage (NetworkFileSystem objects) and judges those no
+    profile governs against the baseline, adopts existing classes named in a profile's spec.adopt,
     forecasts EFS burst credits from CloudWatch, rolls option changes out one workload at a time, and answers
     the admission webhooks (warnings on PVCs and profiles; denials only where a profile says deny).
     """
@@ -168,7 +178,7 @@ def operator_command(
             collect_interval=collect_interval, credit_interval=credit_interval,
             compliance_interval=compliance_interval, rollout_interval=rollout_interval,
             report_stale_after=report_stale_after, policy_reports=policy_reports, stuck_after=stuck_after,
-            failure_interval=failure_interval,
+            failure_interval=failure_interval, baseline=baseline,
         )
     except ValueError as error:
         fail(escape(str(error)))

@@ -3,6 +3,7 @@
 from pathlib import Path
 from typing import Annotated
 
+import kubernetes
 import typer
 import yaml
 from kubernetes.client import ApiException
@@ -12,11 +13,13 @@ from rich.table import Table
 
 from mountwarden.adapters.kube import StorageClasses, TransientApiError, api_client
 from mountwarden.adapters.workloads import ClusterWorkloads
-from mountwarden.api.storageprofile import StorageProfileSpec, desired_class
+from mountwarden.api.base import GROUP, VERSION
+from mountwarden.api.storageprofile import PLURAL, StorageProfileSpec, adopter_of, desired_class
 from mountwarden.cli._app import app
 from mountwarden.cli._output import console, fail, print_json
-from mountwarden.core.rollout import Plan, Policy, Target, Version, build_plan
-from mountwarden.core.storageclass import PROFILE_LABEL, ExistingClass, plan_classes
+from mountwarden.core.adoption import Adopter, CandidateVolume, Selection, select
+from mountwarden.core.rollout import Plan, Policy, Target, Version, adopting, build_plan
+from mountwarden.core.storageclass import PROFILE_LABEL, ClassEntry, ExistingClass, plan_classes
 
 
 def _read_profile(path: Path) -> tuple[str, StorageProfileSpec]:
@@ -50,7 +53,26 @@ def _target(name: str, spec: StorageProfileSpec, classes: StorageClasses) -> Tar
                                                  rollout.max_concurrent_workloads, rollout.verify_timeout_seconds))
 
 
-def _show(plan: Plan) -> None:
+def _adoption(client, name: str, spec: StorageProfileSpec, classes: StorageClasses) -> tuple[Adopter, list, dict]:
+    """The file's spec.adopt, the other profiles' (who adopts what first), and the classes, from the cluster."""
+    profiles = kubernetes.client.CustomObjectsApi(client).list_cluster_custom_object(GROUP, VERSION, PLURAL)["items"]
+    created = {obj["metadata"]["name"]: obj["metadata"].get("creationTimestamp") for obj in profiles}
+    # A profile not created yet will be the newest: of two that adopt one thing, the first keeps it.
+    adopter = adopter_of(name, spec, created.get(name) or "9999")
+    others = []
+    for obj in profiles:
+        try:
+            other = adopter_of(obj["metadata"]["name"], StorageProfileSpec.model_validate(obj.get("spec") or {}),
+                               obj["metadata"].get("creationTimestamp"))
+        except ValidationError:
+            continue
+        if other.profile != name and other.adopts:
+            others.append(other)
+    entries = {obj["metadata"]["name"]: ClassEntry.from_object(obj) for obj in classes.list("")}
+    return adopter, others, entries
+
+
+def _show(plan: Plan, selection: Selection | None = None) -> None:
     document = plan.to_dict()
     console.print(f"[bold]{document['profile']}[/]: versions {document['fromVersions'] or '-'} -> "
                   f"{document['toVersion']} ({document['toStorageClass']}), strategy {document['strategy']}, "
@@ -67,6 +89,12 @@ def _show(plan: Plan) -> None:
     console.print(workloads)
     for warning in document["warnings"]:
         console.print(f"[yellow]warning:[/] {warning}")
+    if selection is not None:
+        console.print(f"spec.adopt takes {len(selection.volumes)} volumes (action adopt) of classes "
+                      f"{', '.join(selection.classes) or '-'}; approve with mountwarden.io/approve-rollout: "
+                      f"\"{document['approvalKey']}\"")
+        for refusal in selection.refusals:
+            console.print(f"[red]refused:[/] {refusal.field}: {refusal.message}")
 
 
 @app.command("plan")
@@ -82,25 +110,41 @@ def plan_command(
     A dry run against the current cluster: it reads the profile's StorageClasses, PVs, pods and workloads
     and changes nothing. A change that makes volumes staler (a longer attribute cache, negative lookups
     cached) names each workload that loses freshness and by how much, before anything moves: find out
-    whether it relies on fresh attributes first.
+    whether it relies on fresh attributes first. With spec.adopt it also lists the volumes the profile
+    would take over (action adopt), what it would refuse and why, and the approval key of that plan.
 
     JSON: profile, fromVersions, toVersion, toStorageClass, toMountOptions, strategy, approval, volumes
-    [{name, storageClassName, claim, fromVersion, mountOptions, action patch|keep}], workloads [{kind,
+    [{name, storageClassName, claim, fromVersion, mountOptions, action patch|keep|adopt}], workloads [{kind,
     namespace, name, replicas, pods, volumes, action restart|wait|none|migrate, note}], warnings and
     freshnessLoss [{kind, namespace, name, pods, volumes, loses}].
 
     Example: mountwarden plan examples/upload-staging.yaml --json
     """
     name, spec = _read_profile(profile)
+    selected: list[Selection] = []
     try:
         client = api_client(kubeconfig)
-        target = _target(name, spec, StorageClasses(client))
+        classes = StorageClasses(client)
+        target = _target(name, spec, classes)
+        also = None
+        if spec.adopt is not None:
+            adopter, others, entries = _adoption(client, name, spec, classes)
+
+            def also(pvs):
+                selected.append(select(adopter, others, entries, [CandidateVolume.from_object(pv) for pv in pvs]))
+                return selected[0].volumes
+
         world = ClusterWorkloads(client).read([version.storage_class for version in target.lineage],
-                                              with_reports=False)
+                                              with_reports=False, also=also)
     except (ConfigException, ApiException, TransientApiError) as error:
         fail(f"cannot read the cluster: {error}")
-    plan = build_plan(target, world)
+    selection = selected[0] if selected else None
+    plan = build_plan(adopting(target, selection.volumes, world) if selection else target, world)
     if json_output:
-        print_json(plan.to_dict())
+        document = plan.to_dict()
+        if selection is not None:
+            document["adoption"] = {"storageClassNames": list(selection.classes), "volumes": list(selection.volumes),
+                                    "refused": [refusal.to_wire() for refusal in selection.refusals]}
+        print_json(document)
     else:
-        _show(plan)
+        _show(plan, selection)

@@ -202,8 +202,9 @@ class ClusterView:
         return next(iter(self.namespace_labels.get(namespace, ())), {})
 
     def owner(self, cls: ClassEntry | None) -> ProfileEntry | None:
-        """The profile that governs a class; None for a class of no (or of a deleted) profile."""
-        return self.profile(cls.profile) if cls is not None else None
+        """The profile that governs a class (its lineage's, or the one that adopted it); None for a class of no (or
+        of a deleted) profile."""
+        return self.profile(cls.governed_by) if cls is not None and cls.governed_by else None
 
     def is_network(self, cls: ClassEntry) -> bool:
         return is_network_provisioner(cls.provisioner, self.extra_network_provisioners)
@@ -256,7 +257,7 @@ def review_claim(claim: Claim, view: ClusterView) -> Review:
     if cls is not None and cls.superseded_by:
         findings.append(_said(
             Reason.SUPERSEDED_CLASS,
-            f"StorageClass {cls.name} is superseded by {cls.superseded_by} (StorageProfile {cls.profile})"
+            f"StorageClass {cls.name} is superseded by {cls.superseded_by} (StorageProfile {cls.governed_by})"
         ))
 
     namespace_labels = view.labels_of_namespace(claim.namespace)

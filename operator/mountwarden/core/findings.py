@@ -81,6 +81,14 @@ class Reason(StrEnum):
     OVERLAPPING_CONSUMERS = "OverlappingConsumers"
     NEW_VERSION = "NewVersion"
     FOREIGN_REPORT_WRITE = "ForeignReportWrite"
+    # The baseline: what a pod volume no StorageProfile governs is held to (core/baseline.py), beside the
+    # reasons above that apply to any mount (SQLiteOnNFS, SuperblockShared, NconnectIgnored, how it is doing).
+    ROUND_TRIP_OPTIONS = "RoundTripOptions"  # sync, actimeo=0, lookupcache=none, noac: the import's flags
+    SOFT_WRITABLE_MOUNT = "SoftWritableMount"  # soft or softerr on a read-write mount
+    LOCAL_LOCKS_ACROSS_NODES = "LocalLocksAcrossNodes"  # locks kept on each node, writers on several
+    MISSING_NORESVPORT = "MissingNoresvport"  # an EFS mount on a privileged source port
+    # A StorageProfile that cannot take over a class or volume it names in spec.adopt (core/adoption.py).
+    ADOPTION_REFUSED = "AdoptionRefused"
 
 
 #: How a mount is doing, not what it was mounted with: said whatever its options, never counted as drift.

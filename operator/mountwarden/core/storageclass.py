@@ -18,6 +18,8 @@ VERSION_LABEL = "mountwarden.io/version"
 ORPHANED_LABEL = "mountwarden.io/orphaned"
 HASH_ANNOTATION = "mountwarden.io/options-hash"
 SUPERSEDED_BY_ANNOTATION = "mountwarden.io/superseded-by"
+#: On a class (and its volumes) a StorageProfile took over through spec.adopt.
+ADOPTED_BY_ANNOTATION = "mountwarden.io/adopted-by"
 DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "mountwarden"
@@ -245,6 +247,16 @@ class ClassEntry:
     is_default: bool = False
     content_hash: str = ""
     created_at: str = ""
+    #: What it gives new volumes: their mountOptions, and the provisioner's parameters (the inventory's file system).
+    mount_options: tuple[str, ...] = ()
+    parameters: Mapping[str, str] = field(default_factory=dict)
+    #: The StorageProfile that adopted it (mountwarden.io/adopted-by): new claims should use that profile's class.
+    adopted_by: str | None = None
+
+    @property
+    def governed_by(self) -> str | None:
+        """The profile whose contract its volumes are held to: its lineage's, or the one that adopted it."""
+        return self.profile or self.adopted_by
 
     @staticmethod
     def from_object(obj: Mapping) -> "ClassEntry":
@@ -262,4 +274,7 @@ class ClassEntry:
             is_default=annotations.get(DEFAULT_CLASS_ANNOTATION) == "true",
             content_hash=annotations.get(HASH_ANNOTATION, ""),
             created_at=metadata.get("creationTimestamp") or "",
+            mount_options=tuple(obj.get("mountOptions") or ()),
+            parameters=dict(obj.get("parameters") or {}),
+            adopted_by=annotations.get(ADOPTED_BY_ANNOTATION),
         )

@@ -59,6 +59,8 @@ class OperatorConfig:
     stuck_after: float = DEFAULT_STUCK_AFTER_SECONDS
     #: Seconds between judgements of every node's failures (time alone makes StuckTerminating, OrphanedMount).
     failure_interval: float = 30.0
+    #: Judge every pod volume no StorageProfile governs against the baseline (mountwarden.core.baseline).
+    baseline: bool = True
 
     # Parsed from the settings above, once, when the config is made (a ValueError names the flag that is wrong).
     #: system:serviceaccount:NS:NAME of agent_service_account; None checks no report writes.

@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # the handlers that own these import this module
     from mountwarden.handlers.config import OperatorConfig
     from mountwarden.handlers.credits import CreditFetcher
     from mountwarden.handlers.failures import MountFailures
+    from mountwarden.handlers.inventory import InventoryLoop
     from mountwarden.handlers.policyreports import PolicyReportPublisher
     from mountwarden.handlers.posted import PostedFindings
     from mountwarden.handlers.remediation import EvictionLog
@@ -54,3 +55,5 @@ class OperatorContext:
     failure_loop: asyncio.Task | None = None
     #: The pods each profile evicted for a stale file handle, and when (spec.remediation; filled at start-up).
     evictions: EvictionLog | None = None
+    #: The inventory's loop (filled at start-up): the NetworkFileSystem objects and the baseline's findings.
+    inventory: InventoryLoop | None = None

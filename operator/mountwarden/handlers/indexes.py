@@ -22,12 +22,15 @@ keeps an object's previous entries when its index function returns None.
 | profiles_by_name | profile -> ProfileEntry | admission |
 | profiles_by_consumer | a label its consumers must have (consumer_keys) -> ProfileEntry | admission (PVCs) |
 | rollouts_under_way | profile -> rollout phase, while not Complete | reports (Events) |
+| adopters | profile -> its spec.adopt as an Adopter (and the PVs its status.adoption lists) | rollouts (refusals), inventory |
 | credit_watch_targets | region -> CreditWatchTarget (with its profile) | credits |
 | classes_by_name | class -> ClassEntry (with its profile) | admission, reports (Events), credits |
 | classes_by_profile | profile -> ClassEntry of each class of its lineage | admission, reports (compliance) |
 | default_classes | "default" -> ClassEntry of each default class | admission |
 | volumes_by_class (*) | class -> PV name | profiles, rollouts, admission, reports (compliance) |
-| claims_by_volume (*) | PV -> its claim and class | reports, credits |
+| claims_by_volume (*) | PV -> its claim, class, mountOptions (and adoptedBy) | reports, credits, inventory |
+| network_volumes (*) | PV -> its NetworkVolume (source, server, file system), for PVs on network storage | inventory |
+| volumes_by_adopter (*) | profile -> PV name of each volume it adopted (mountwarden.io/adopted-by) | reports (compliance), rollouts |
 | unbound_claims_by_class (*) | class -> namespace/name of each unbound claim | profiles |
 | pods_by_uid (*) | pod UID -> its PodPlacement (namespace, name, node, claims) | reports (Events; a report speaks only of its node's pods), credits |
 | pods_by_claim (*) | (namespace, claim) -> PodPlacement of each pod mounting it | reports (compliance) |
@@ -37,8 +40,9 @@ keeps an object's previous entries when its index function returns None.
 """
 
 import asyncio
+import functools
 import gc
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import replace
 
 import kopf
@@ -50,12 +54,12 @@ from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.nodemountreport import PLURAL as REPORTS
 from mountwarden.api.nodemountreport import UnreadableReport, read_node_report
 from mountwarden.api.storageprofile import PLURAL as PROFILES
-from mountwarden.api.storageprofile import ProfileStatus, StorageProfileSpec
+from mountwarden.api.storageprofile import ProfileStatus, StorageProfileSpec, adopter_of, contract_of
 from mountwarden.core.admission import ProfileEntry, consumer_keys
-from mountwarden.core.compliance import Contract
+from mountwarden.core.networkstorage import NetworkVolume
 from mountwarden.core.node.kinds import NodeFacts
-from mountwarden.core.policy import ResolvedPolicy, backend_kind
-from mountwarden.core.storageclass import PROFILE_LABEL, ClassEntry
+from mountwarden.core.policy import ResolvedPolicy
+from mountwarden.core.storageclass import ADOPTED_BY_ANNOTATION, PROFILE_LABEL, ClassEntry
 from mountwarden.handlers.config import OperatorConfig, WebhookMode
 from mountwarden.handlers.context import OperatorContext
 from mountwarden.handlers.credits import watched_file_system
@@ -70,6 +74,12 @@ def one(index: kopf.Index, key):
     """The entry under ``key`` of an index that holds one per key (by object name), or None."""
     store = index.get(key)
     return next(iter(store), None) if store else None
+
+
+def snapshot(index: kopf.Index) -> dict:
+    """An index of one entry per key as a plain dict, read on kopf's event loop: a worker thread must not iterate
+    kopf's indexes while kopf changes them."""
+    return {key: entry for key in list(index) if (entry := one(index, key)) is not None}
 
 
 # -- StorageProfiles ------------------------------------------------------------------------------
@@ -91,10 +101,7 @@ async def contracts(name: str, spec: kopf.Spec, status: kopf.Status, **_) -> dic
     if valid is None:
         return {}
     profile, policy = valid
-    throughput_mode = ProfileStatus(status).throughput_mode
-    return {name: Contract(policy.options, tuple(profile.required_options), tuple(profile.forbidden_options),
-                           str(profile.sqlite), profile.thresholds(throughput_mode),
-                           backend_kind(profile.backend.provisioner, profile.backend.kind))}
+    return {name: contract_of(profile, policy, status)}
 
 
 def profile_entry(name: str, spec: StorageProfileSpec, status) -> ProfileEntry:
@@ -136,6 +143,16 @@ async def rollouts_under_way(name: str, status: kopf.Status, **_) -> dict:
     return {name: phase} if phase and phase != "Complete" else {}
 
 
+async def adopters(name: str, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta, **_) -> dict:
+    """Each valid profile's spec.adopt: what it takes over, who was first where two name the same, and which PVs
+    its status lists as taken."""
+    valid = _valid(spec)
+    if valid is None:
+        return {}
+    adopter = adopter_of(name, valid[0], meta.get("creationTimestamp"), status)
+    return {name: adopter} if adopter.adopts else {}
+
+
 async def credit_watch_targets(name: str, spec: kopf.Spec, **_) -> dict:
     target = watched_file_system(dict(spec))
     return {target.region: replace(target, profile=name)} if target else {}
@@ -160,23 +177,31 @@ def default_classes(body: kopf.Body, **_) -> dict:
 
 # -- PersistentVolumes and claims (reduced by mountwarden.adapters.watches) ------------------------
 
-VOLUME_INDEXES = ("volumes_by_class", "claims_by_volume")
+VOLUME_INDEXES = ("volumes_by_class", "claims_by_volume", "network_volumes", "volumes_by_adopter")
 CLAIM_INDEXES = ("unbound_claims_by_class",)
 
 
-def volume_entries(pv: Mapping) -> Entries:
-    """A PV under its class, and its claim and class under its name."""
-    name = pv["metadata"]["name"]
+def volume_entries(pv: Mapping, network_drivers: Collection[str] = ()) -> Entries:
+    """A PV under its class (and its adopter), its claim and class under its name, and, on network storage, what
+    it is (``network_drivers``: CSI drivers that mount NFS beyond the known ones)."""
+    metadata = pv["metadata"]
+    name = metadata["name"]
     spec = pv.get("spec") or {}
     storage_class = spec.get("storageClassName")
     claim = spec.get("claimRef") or {}
+    adopted_by = (metadata.get("annotations") or {}).get(ADOPTED_BY_ANNOTATION)
     entries: Entries = {}
     if storage_class:
         entries["volumes_by_class"] = {storage_class: name}
     if claim.get("name"):
-        entries["claims_by_volume"] = {name: {"claim": (claim.get("namespace"), claim["name"]),
-                                              "storageClass": storage_class,
-                                              "mountOptions": tuple(spec.get("mountOptions") or ())}}
+        entry = {"claim": (claim.get("namespace"), claim["name"]), "storageClass": storage_class,
+                 "mountOptions": tuple(spec.get("mountOptions") or ())}
+        entries["claims_by_volume"] = {name: {**entry, "adoptedBy": adopted_by} if adopted_by else entry}
+    if adopted_by:
+        entries["volumes_by_adopter"] = {adopted_by: name}
+    network = NetworkVolume.from_object(pv, network_drivers)
+    if network is not None:
+        entries["network_volumes"] = {name: network}
     return entries
 
 
@@ -189,8 +214,9 @@ def claim_entries(pvc: Mapping) -> Entries:
     return {"unbound_claims_by_class": {storage_class: f"{metadata.get('namespace')}/{metadata['name']}"}}
 
 
-def cluster_watches(client) -> CoreWatches:
-    return CoreWatches(client, pods=(pod_entries, POD_INDEXES), volumes=(volume_entries, VOLUME_INDEXES),
+def cluster_watches(client, network_drivers: Collection[str] = ()) -> CoreWatches:
+    volumes = functools.partial(volume_entries, network_drivers=tuple(network_drivers))
+    return CoreWatches(client, pods=(pod_entries, POD_INDEXES), volumes=(volumes, VOLUME_INDEXES),
                        claims=(claim_entries, CLAIM_INDEXES))
 
 
@@ -238,7 +264,7 @@ async def reports_by_node(name: str, spec: kopf.Spec, **_) -> dict:
 
 def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     """Register the indexes; those only admission reads, only when it is served."""
-    for function in (contracts, rollouts_under_way, credit_watch_targets):
+    for function in (contracts, rollouts_under_way, credit_watch_targets, adopters):
         kopf.index(*PROFILE, registry=registry)(function)
     for function in (classes_by_name, classes_by_profile):
         kopf.index(*STORAGE_CLASSES, registry=registry)(function)

@@ -15,6 +15,7 @@ from mountwarden.core.credits import CreditState
 from mountwarden.core.credits.consumers import ConsumerSummary
 from mountwarden.core.credits.crossaz import CrossAzCheck
 from mountwarden.core.findings import Finding
+from mountwarden.core.inventory import Inventory
 
 _CREDIT_LABELS = ("profile", "file_system_id")
 CREDIT_BALANCE = Gauge("mountwarden_credit_balance_bytes", "EFS BurstCreditBalance", _CREDIT_LABELS)
@@ -199,6 +200,34 @@ STALE_HANDLE_EVICTIONS = Counter(
     "mountwarden_stale_handle_evictions", "Evictions of pods on a stale file handle that a profile's "
     "spec.remediation.staleFileHandle: Evict asked for, by outcome: evicted, or refused (a PodDisruptionBudget "
     "allowed no disruption)", ("profile", "outcome"))
+
+NETWORK_VOLUMES = Gauge("mountwarden_network_volumes",
+                        "PersistentVolumes on network storage by file system and whether a StorageProfile governs "
+                        "them (governed, ungoverned: held to the baseline, adoption-pending), from the inventory",
+                        ("file_system", "governance"))
+_inventory_series: set[tuple[str, str]] = set()
+_inventory_lock = threading.Lock()
+
+
+def record_inventory(inventory: Inventory) -> None:
+    """Set the volumes of every file system of the inventory; file systems gone lose their series."""
+    counts: collections.Counter = collections.Counter()
+    for fs in inventory.file_systems:
+        for governance in ("governed", "ungoverned", "adoption-pending"):
+            counts[(fs.name, governance)] += 0
+        for volume in fs.volumes:
+            pending = bool(volume.adoption and volume.adoption["state"] == "Pending")
+            governance = "governed" if volume.governed_by else "adoption-pending" if pending else "ungoverned"
+            counts[(fs.name, governance)] += 1
+    with _inventory_lock:
+        for gone in _inventory_series - set(counts):
+            with contextlib.suppress(KeyError):
+                NETWORK_VOLUMES.remove(*gone)
+        for labels, number in counts.items():
+            NETWORK_VOLUMES.labels(*labels).set(number)
+        _inventory_series.clear()
+        _inventory_series.update(counts)
+
 
 REPORT_ENTRIES_DROPPED = Counter(
     "mountwarden_report_entries_dropped",

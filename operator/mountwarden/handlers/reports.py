@@ -38,15 +38,18 @@ DRIFT_REASONS = frozenset({Reason.OPTION_MISMATCH, Reason.UNDECLARED_OPTION, Rea
 
 
 def consumers_of(profile: str, classes_by_profile: kopf.Index, volumes_by_class: kopf.Index,
-                 claims_by_volume: kopf.Index, pods: PodPlacements) -> list[Consumer]:
-    """Every (pod, PV) pair where the PV's class belongs to ``profile``."""
+                 claims_by_volume: kopf.Index, pods: PodPlacements,
+                 volumes_by_adopter: kopf.Index | None = None) -> list[Consumer]:
+    """Every (pod, PV) pair where the PV's class belongs to ``profile``, or the PV is one it adopted."""
+    names = [name for storage_class in classes_by_profile.get(profile, [])
+             for name in volumes_by_class.get(storage_class.name, [])]
+    names += [name for name in (volumes_by_adopter or {}).get(profile, []) if name not in names]
     consumers = []
-    for storage_class in classes_by_profile.get(profile, []):
-        for volume_name in volumes_by_class.get(storage_class.name, []):
-            volume = one(claims_by_volume, volume_name)
-            for pod in pods.of_claim(*volume["claim"]) if volume else []:
-                consumers.append(Consumer(pod.uid, pod.namespace, pod.name, pod.node, volume_name,
-                                          volume.get("mountOptions"), volume.get("storageClass")))
+    for volume_name in names:
+        volume = one(claims_by_volume, volume_name)
+        for pod in pods.of_claim(*volume["claim"]) if volume else []:
+            consumers.append(Consumer(pod.uid, pod.namespace, pod.name, pod.node, volume_name,
+                                      volume.get("mountOptions"), volume.get("storageClass")))
     return consumers
 
 
@@ -62,12 +65,13 @@ def _reports(reports_by_node: kopf.Index, nodes: Iterable[str | None], pods: Pod
 def assess_compliance(
     name: str, status: kopf.Status, meta: kopf.Meta, patch: kopf.Patch, memo: OperatorContext,
     contracts: kopf.Index, reports_by_node: kopf.Index, claims_by_volume: kopf.Index, classes_by_profile: kopf.Index,
-    volumes_by_class: kopf.Index, nodes: kopf.Index, **_,
+    volumes_by_class: kopf.Index, volumes_by_adopter: kopf.Index, nodes: kopf.Index, **_,
 ) -> None:
     contract = one(contracts, name)
     if contract is None:
         return  # invalid spec: the Ready condition says why
-    consumers = consumers_of(name, classes_by_profile, volumes_by_class, claims_by_volume, memo.pods)
+    consumers = consumers_of(name, classes_by_profile, volumes_by_class, claims_by_volume, memo.pods,
+                             volumes_by_adopter)
     reports = _reports(reports_by_node, (c.node for c in consumers), memo.pods)
     now = datetime.now(UTC)
     stale_after = timedelta(seconds=memo.config.report_stale_after)
@@ -122,7 +126,8 @@ def announce_findings(
         pod = memo.pods.get(pod_uid)
         volume = one(claims_by_volume, volume_name)
         storage_class = one(classes_by_name, volume["storageClass"]) if volume else None
-        profile = storage_class.profile if storage_class else None
+        # Its class's lineage, or the profile that adopted the PV (mountwarden.io/adopted-by on the PV).
+        profile = (storage_class.profile if storage_class else None) or (volume.get("adoptedBy") if volume else None)
         contract = one(contracts, profile) if profile else None
         if pod is None or contract is None:
             continue

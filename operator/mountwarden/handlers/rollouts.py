@@ -23,35 +23,45 @@ tick.
 import asyncio
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import kopf
 import kubernetes
 from pydantic import ValidationError
 
-from mountwarden.adapters.kube import TransientApiError, transient_errors
+from mountwarden.adapters.kube import StorageClasses, TransientApiError, transient_errors
 from mountwarden.adapters.watches import Entries, with_cluster_indexes
 from mountwarden.adapters.workloads import ClusterWorkloads
 from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.nodemountreport import PLURAL as REPORTS
-from mountwarden.api.storageprofile import PLURAL, ProfileStatus, StorageProfileSpec
+from mountwarden.api.storageprofile import PLURAL, ProfileStatus, StorageProfileSpec, adopter_of
+from mountwarden.core.adoption import Adopter, CandidateVolume, Selection, class_fate, select
+from mountwarden.core.options.normalize import normalize
 from mountwarden.core.rollout import (
     APPROVE_ANNOTATION,
     DISRUPTION_BUDGET,
     PatchVolume,
     Phase,
+    Plan,
     Policy,
+    ReleaseVolume,
     Step,
     Target,
     Version,
+    adopting,
     advance,
     build_plan,
     needs_world,
 )
+from mountwarden.core.rollout.status import adoption_status
+from mountwarden.core.storageclass import ClassEntry
+from mountwarden.handlers import findings
 from mountwarden.handlers.config import OperatorConfig
 from mountwarden.handlers.context import OperatorContext
 from mountwarden.handlers.errors import backoff
+from mountwarden.handlers.indexes import snapshot
 
 PROFILE = (GROUP, VERSION, PLURAL)
 WORKLOAD_RESOURCES = (("apps", "v1", "deployments"), ("apps", "v1", "statefulsets"), ("apps", "v1", "daemonsets"))
@@ -86,6 +96,8 @@ class RolloutWakeups:
         self._targets: dict[str, tuple] = {}
         #: Profiles with a replica a PodDisruptionBudget refused to let go: they try again soon.
         self._refused: set[str] = set()
+        #: Profiles that adopt PVs by their labels (spec.adopt.volumeSelector): any PV's change may concern them.
+        self._selecting: set[str] = set()
 
     def event(self, profile: str) -> asyncio.Event:
         return self._events.setdefault(profile, asyncio.Event())
@@ -94,18 +106,22 @@ class RolloutWakeups:
         self.event(profile).set()
 
     def wake_for_classes_threadsafe(self, classes: Iterable[str]) -> None:
-        """From another thread (a watch): wake the profiles whose lineage holds any of ``classes``."""
+        """From another thread (a watch): wake the profiles whose lineage (or adopted classes) hold any of
+        ``classes``, and those adopting PVs by their labels."""
         with self._lock:
-            profiles = {self._classes[cls] for cls in classes if cls in self._classes}
+            profiles = {self._classes[cls] for cls in classes if cls in self._classes} | self._selecting
         if profiles and self._loop is not None:
             for profile in profiles:
                 self._loop.call_soon_threadsafe(self.wake, profile)
 
-    def lineage(self, profile: str, classes: Iterable[str]) -> None:
+    def lineage(self, profile: str, classes: Iterable[str], *, selecting: bool = False) -> None:
+        """Route the PV changes of ``classes`` (its lineage and the classes it adopts) to ``profile``; with
+        ``selecting``, those of every PV (it adopts PVs by their labels)."""
         with self._lock:
             for cls in [cls for cls, owner in self._classes.items() if owner == profile]:
                 del self._classes[cls]
             self._classes.update(dict.fromkeys(classes, profile))
+            (self._selecting.add if selecting else self._selecting.discard)(profile)
 
     def wake_for_workload(self, kind: str, namespace: str, name: str) -> None:
         with self._lock:
@@ -152,7 +168,7 @@ class RolloutWakeups:
 
     def forget(self, profile: str) -> None:
         self.follow(profile, None)
-        self.lineage(profile, ())
+        self.lineage(profile, (), selecting=False)
         with self._lock:
             self._targets.pop(profile, None)
             self._followed.pop(profile, None)
@@ -165,7 +181,7 @@ def target_inputs(spec: Mapping, status: Mapping, meta: Mapping) -> tuple:
     stored = ProfileStatus(status)
     return (meta.get("generation"), stored.observed_generation, stored.storage_class_name, stored.version,
             stored.effective_mount_options, len(stored.history), (meta.get("annotations") or {}).get(APPROVE_ANNOTATION),
-            repr(spec.get("rollout")))
+            repr(spec.get("rollout")), repr(spec.get("adopt")))
 
 
 def _target(name: str, spec: Mapping, status: Mapping, meta: Mapping) -> Target | None:
@@ -187,6 +203,36 @@ def _target(name: str, spec: Mapping, status: Mapping, meta: Mapping) -> Target 
     return Target(name, current, lineage, policy, (meta.get("annotations") or {}).get(APPROVE_ANNOTATION))
 
 
+def _adopter(name: str, body: Mapping) -> Adopter:
+    """The profile's spec.adopt (adopting nothing when the spec is invalid: reconcile_profile reports it)."""
+    try:
+        spec = StorageProfileSpec.model_validate(dict(body.get("spec") or {}))
+    except ValidationError:
+        return Adopter(name)
+    return adopter_of(name, spec, (body.get("metadata") or {}).get("creationTimestamp"), body.get("status"))
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """What a tick knows besides its own profile, copied from the indexes on kopf's event loop."""
+
+    #: The StorageClasses, by name.
+    classes: Mapping[str, ClassEntry] = field(default_factory=dict)
+    #: Every profile's spec.adopt, by profile: who was first where two adopt one thing.
+    adopters: Mapping[str, Adopter] = field(default_factory=dict)
+    #: PVs each profile adopted (mountwarden.io/adopted-by), by profile.
+    adopted: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    network_drivers: tuple[str, ...] = ()
+
+
+@dataclass
+class Taken:
+    """What spec.adopt takes from the PVs a tick lists, and the PVs the profile adopted and no longer names."""
+
+    selection: Selection
+    released: list[str] = field(default_factory=list)
+
+
 class ProfileRollout:
     """One profile's ticks: decide from the world, act, record."""
 
@@ -194,11 +240,13 @@ class ProfileRollout:
         self.name = name
         self.custom = kubernetes.client.CustomObjectsApi(client)
         self.cluster = ClusterWorkloads(client)
+        self.classes = StorageClasses(client)
         self.wakeups = wakeups
 
-    def tick(self, body: Mapping, volumes_by_class: kopf.Index) -> None:
+    def tick(self, body: Mapping, volumes_by_class: kopf.Index, view: ClusterView | None = None) -> None:
         """One tick; ``body`` is kopf's live view of the profile, enough to tell whether the world is needed."""
-        if not self._needs_world(body, volumes_by_class):
+        view = view or ClusterView()
+        if not self._needs_world(body, volumes_by_class, view):
             self.wakeups.follow(self.name, ProfileStatus(body.get("status")).rollout)
             return
         # The live view may not show this daemon's last status write yet: judge from the stored profile.
@@ -210,25 +258,87 @@ class ProfileRollout:
         if target is None:
             self.wakeups.follow(self.name, previous)
             return
+        adopter = _adopter(self.name, fresh)
         lineage = [version.storage_class for version in target.lineage]
-        world = self.cluster.read(lineage, with_reports=target.restarts_workloads)
-        step = advance(build_plan(target, world), previous, datetime.now(UTC))
-        refused = self.cluster.perform(step.actions)
+        taken: list[Taken] = []
+        world = self.cluster.read(lineage, with_reports=target.restarts_workloads,
+                                  also=(lambda pvs: self._take(pvs, adopter, lineage, view, taken))
+                                  if self._adopts(adopter, view) else None)
+        if taken:
+            target = adopting(target, taken[0].selection.volumes, world)
+        plan = build_plan(target, world)
+        step = advance(plan, previous, datetime.now(UTC))
+        released = [ReleaseVolume(name) for name in (taken[0].released if taken else [])]
+        refused = self.cluster.perform([*step.actions, *released])
         self._announce(fresh, step)
         for refusal in refused:  # a budget changed since the world was read: the next tick reads it
             kopf.warn(fresh, reason="EvictionRefused", message=str(refusal))
             log.info("StorageProfile %s: EvictionRefused: %s", self.name, refusal)
         written = {key: value for key, value in step.status.items() if value is not None}
-        if written != dict(previous or {}):
+        change: dict = {"rollout": step.status} if written != dict(previous or {}) else {}
+        if taken:
+            self._classes_fate(fresh, plan.target, taken[0].selection, view)
+            adoption = self._adoption(fresh, plan, taken[0].selection, written) if adopter.adopts else None
+            if adoption != ProfileStatus(status).adoption:
+                change["adoption"] = adoption
+        if change:
             with transient_errors():
-                self.custom.patch_cluster_custom_object_status(*PROFILE, self.name, {"status": {"rollout": step.status}})
+                self.custom.patch_cluster_custom_object_status(*PROFILE, self.name, {"status": change})
         self.wakeups.follow(self.name, written, evictions_refused=bool(refused))
 
-    def _needs_world(self, body: Mapping, volumes_by_class: kopf.Index) -> bool:
+    def _take(self, pvs: Sequence[Mapping], adopter: Adopter, lineage: Sequence[str], view: ClusterView,
+              taken: list[Taken]) -> tuple[str, ...]:
+        """From the listed PVs: those spec.adopt takes, and those the profile adopted and no longer names."""
+        candidates = [CandidateVolume.from_object(pv, view.network_drivers) for pv in pvs]
+        others = [other for name, other in view.adopters.items() if name != self.name]
+        selection = select(adopter, others, view.classes, candidates)
+        released = [c.name for c in candidates if c.adopted_by == self.name and c.name not in selection.volumes
+                    and c.storage_class not in lineage]
+        taken.append(Taken(selection, released))
+        for name in released:
+            log.info("StorageProfile %s: PersistentVolume %s is no longer named in spec.adopt: released", self.name,
+                     name)
+        return selection.volumes
+
+    def _adopts(self, adopter: Adopter, view: ClusterView) -> bool:
+        """Whether it adopts anything, or holds classes or volumes it adopted (to release those it no longer names)."""
+        return adopter.adopts or bool(view.adopted.get(self.name)) or any(
+            cls.adopted_by == self.name for cls in view.classes.values())
+
+    def _classes_fate(self, profile: Mapping, target: Target, selection: Selection, view: ClusterView) -> None:
+        """Once approved, the adopted classes are annotated (and the default class moved); a class no longer named is
+        released at once."""
+        approved = target.approved and target.patches_volumes
+        keep = selection.classes if approved else [name for name in selection.classes
+                                                    if (cls := view.classes.get(name)) and cls.adopted_by == self.name]
+        fate = class_fate(self.name, keep, view.classes, target.version.storage_class,
+                          make_default=bool((profile.get("spec") or {}).get("default")))
+        for patch in fate.patches:
+            self.classes.patch(patch.name, patch.body())
+            log.info("StorageProfile %s: StorageClass %s: %s", self.name, patch.name, dict(patch.annotations))
+
+    def _adoption(self, profile: Mapping, plan: Plan, selection: Selection, rollout: Mapping) -> dict:
+        """status.adoption; each refusal not said before is an AdoptionRefused Event."""
+        contract = normalize(list(plan.target.version.mount_options)).options
+        adoption = adoption_status(plan, selection, contract, rollout)
+        before = {(r["field"], r["message"]) for r in (ProfileStatus(profile.get("status")).adoption or {}).get(
+            "refused") or []}
+        for refusal in selection.refusals:
+            if (refusal.field, refusal.message) not in before:
+                findings.warn(profile, refusal.finding(self.name))
+                log.info("StorageProfile %s: AdoptionRefused: %s: %s", self.name, refusal.field, refusal.message)
+        return adoption
+
+    def _needs_world(self, body: Mapping, volumes_by_class: kopf.Index, view: ClusterView) -> bool:
         target = _target(self.name, body.get("spec") or {}, body.get("status") or {}, body.get("metadata") or {})
         if target is None:
             return False
-        self.wakeups.lineage(self.name, (version.storage_class for version in target.lineage))
+        adopter = _adopter(self.name, body)
+        self.wakeups.lineage(self.name, [*(version.storage_class for version in target.lineage),
+                                         *adopter.storage_class_names],
+                             selecting=adopter.volume_selector is not None)
+        if self._adopts(adopter, view):
+            return True  # what it adopts (or releases) is read from the PVs themselves, their labels included
         volumes = {version.storage_class: list(volumes_by_class.get(version.storage_class, []))
                    for version in target.lineage}
         older = [pv for cls, pvs in volumes.items() if cls != target.version.storage_class for pv in pvs]
@@ -262,7 +372,8 @@ async def _next_wakeup(wake: asyncio.Event, stopped: kopf.DaemonStopped, timeout
 
 @with_cluster_indexes
 async def drive_rollout(name: str, body: kopf.Body, memo: OperatorContext, stopped: kopf.DaemonStopped,
-                        volumes_by_class: kopf.Index, logger: logging.Logger, **_) -> None:
+                        volumes_by_class: kopf.Index, volumes_by_adopter: kopf.Index, classes_by_name: kopf.Index,
+                        adopters: kopf.Index, logger: logging.Logger, **_) -> None:
     """The profile's rollout daemon: a tick at start, then one per wake-up (or per safety-net interval)."""
     wakeups: RolloutWakeups = memo.rollout_wakeups
     rollout = ProfileRollout(name, memo.kube_client, wakeups)
@@ -276,8 +387,12 @@ async def drive_rollout(name: str, body: kopf.Body, memo: OperatorContext, stopp
                 break
             wake.clear()
             try:
-                # In a worker thread, with kopf's context (Events posted from there reach its poster).
-                await asyncio.to_thread(rollout.tick, body, volumes_by_class)
+                # In a worker thread, with kopf's context (Events posted from there reach its poster); kopf's
+                # indexes are copied here, on its event loop.
+                view = ClusterView(snapshot(classes_by_name), snapshot(adopters),
+                                   {profile: tuple(volumes_by_adopter.get(profile, ())) for profile in
+                                    list(volumes_by_adopter)}, memo.config.network_provisioners)
+                await asyncio.to_thread(rollout.tick, body, volumes_by_class, view)
                 failures = 0
             except TransientApiError as error:
                 failures += 1

@@ -99,6 +99,7 @@ def register_handlers(config: OperatorConfig, registry: kopf.OperatorRegistry | 
         credits,
         failures,
         indexes,
+        inventory,
         policyreports,
         profiles,
         remediation,
@@ -109,7 +110,8 @@ def register_handlers(config: OperatorConfig, registry: kopf.OperatorRegistry | 
     registry = registry if registry is not None else kopf.OperatorRegistry()
     kopf.on.startup(registry=registry)(configure)
     kopf.on.login(registry=registry)(login)
-    for module in (indexes, profiles, reports, failures, remediation, rollouts, credits, admission, policyreports):
+    for module in (indexes, profiles, reports, failures, remediation, rollouts, credits, admission, policyreports,
+                   inventory):
         module.register(registry, config)
     return registry
 
@@ -125,7 +127,7 @@ def run(config: OperatorConfig, *, standalone: bool = True, liveness_endpoint: s
     client = api_client(config.kubeconfig)
     posted = PostedFindings()
     metrics.POSTED_FINDINGS.set_function(lambda: len(posted))
-    watches = cluster_watches(client)
+    watches = cluster_watches(client, config.network_provisioners)
     memo = OperatorContext(
         config=config,
         kube_client=client,

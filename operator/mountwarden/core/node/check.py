@@ -68,7 +68,26 @@ def check_volume(
         pv_options=normalize(list(pv_mount_options), observed=True).options if pv_mount_options is not None else None,
         storage_class=storage_class, shared_with=tuple(volume.shared_with))
     option_findings = check(declared, observed, required=required, forbidden=forbidden, origin=origin).findings
-    findings = list(option_findings)
+    return CheckResult(tuple(option_findings) + kernel_findings(volume, option_findings, declared,
+                                                                  thresholds=thresholds, kernel_release=kernel_release))
+
+
+def kernel_findings(
+    volume: VolumeObservation,
+    option_findings: Iterable[Finding],
+    declared: Mapping[str, OptionValue],
+    *,
+    thresholds: Thresholds | None = None,
+    kernel_release: str | None = None,
+) -> tuple[Finding, ...]:
+    """What the kernel did that no comparison of options shows, and how the mount is doing.
+
+    ``option_findings`` compare ``declared`` (a profile's contract, or what a PersistentVolume asked for) with
+    the mount; the ones a shared superblock explains, and an nconnect the server's first mount fixed, become
+    findings of their own. The baseline (mountwarden.core.baseline) asks this of volumes no profile governs.
+    """
+    findings: list[Finding] = []
+    observed = normalize(list(volume.effective_options), observed=True).options
     # A shared superblock explains only the options the kernel does not compare when it shares one
     # (kernel lab); any other difference gives a mount a superblock of its own, so the mounts sharing
     # this one asked for the same: the PV or the driver, not the superblock, is to blame.
@@ -80,7 +99,7 @@ def check_volume(
         findings.append(nconnect)
     if thresholds is not None:
         findings += _activity_findings(volume, thresholds)
-    return CheckResult(tuple(findings))
+    return tuple(findings)
 
 
 def _activity_findings(volume: VolumeObservation, thresholds: Thresholds) -> list[Finding]:

@@ -50,6 +50,19 @@ UNDECLARED_REMEDY = (
 )
 
 
+def values_said(finding: Finding) -> tuple[str, str]:
+    """A finding on one option as (what the contract implies, what is in effect), each in mount syntax."""
+    return _value_said(finding.option, finding.expected, "not"), _value_said(finding.option, finding.actual, "no")
+
+
+def _value_said(option: str | None, value: OptionValue | None, absent: str) -> str:
+    if value is None:
+        return f"{absent} {option}"
+    if isinstance(value, str) and (value in BY_NAME or "=" in value or "," in value):
+        return value  # a flag of an exclusive group (hard, soft), or options already written out
+    return format_canonical(option, value) if option in BY_NAME else str(value)
+
+
 def _mismatch(option: str, expected: OptionValue | None, actual: OptionValue | None, severity: Severity,
               message: str) -> Finding:
     """An option in effect that is not what the contract says (information needs no remedy)."""

@@ -19,9 +19,17 @@ Everything here is pure. One module per stage, each importing only those above i
 """
 
 from mountwarden.core.node.report import NodeReport, ReportedMount
-from mountwarden.core.rollout.actions import Action, Event, PatchVolume, RemountPod, RestartWorkload, Step
+from mountwarden.core.rollout.actions import (
+    Action,
+    Event,
+    PatchVolume,
+    ReleaseVolume,
+    RemountPod,
+    RestartWorkload,
+    Step,
+)
 from mountwarden.core.rollout.machine import DISRUPTION_BUDGET, IN_FLIGHT, Phase, State
-from mountwarden.core.rollout.plan import Consumer, Plan, VolumeChange, build_plan
+from mountwarden.core.rollout.plan import Consumer, Plan, VolumeChange, adopting, build_plan
 from mountwarden.core.rollout.status import needs_world
 from mountwarden.core.rollout.tick import advance
 from mountwarden.core.rollout.verify import Check, PodCheck, verify_pod
@@ -51,7 +59,7 @@ __all__ = [
     "APPLIED_VERSION_ANNOTATION", "APPROVE_ANNOTATION", "DISRUPTION_BUDGET", "IN_FLIGHT",
     "PREVIOUS_OPTIONS_ANNOTATION", "RESTARTED_AT_ANNOTATION", "RESTARTED_FOR_ANNOTATION",
     "Action", "Autoscaler", "Check", "DisruptionBudget", "Consumer", "Event", "NodeReport", "PatchVolume", "Phase", "Plan",
-    "Pod", "PodCheck", "Policy", "RemountPod", "ReportedMount", "RestartWorkload", "State", "Step", "Target", "Version", "Volume",
-    "VolumeChange", "Workload", "WorkloadRef", "World", "advance", "build_plan", "controller_of", "needs_world",
+    "Pod", "PodCheck", "Policy", "ReleaseVolume", "RemountPod", "ReportedMount", "RestartWorkload", "State", "Step", "Target", "Version", "Volume",
+    "VolumeChange", "Workload", "WorkloadRef", "World", "adopting", "advance", "build_plan", "controller_of", "needs_world",
     "parse_time", "rollout_progress", "timestamp", "verify_pod",
 ]

@@ -3,6 +3,7 @@
 from dataclasses import dataclass
 
 from mountwarden.core.rollout.world import (
+    ADOPTED_BY_ANNOTATION,
     APPLIED_VERSION_ANNOTATION,
     PREVIOUS_OPTIONS_ANNOTATION,
     RESTARTED_AT_ANNOTATION,
@@ -19,15 +20,27 @@ class PatchVolume:
     mount_options: tuple[str, ...]
     previous_options: tuple[str, ...]
     applied_version: str
+    #: The profile adopting it (spec.adopt): recorded on the PV, which the profile governs from then on.
+    adopted_by: str | None = None
 
     def body(self) -> dict:
-        return {
-            "metadata": {"annotations": {
-                APPLIED_VERSION_ANNOTATION: self.applied_version,
-                PREVIOUS_OPTIONS_ANNOTATION: ",".join(self.previous_options),
-            }},
-            "spec": {"mountOptions": list(self.mount_options)},
+        annotations = {
+            APPLIED_VERSION_ANNOTATION: self.applied_version,
+            PREVIOUS_OPTIONS_ANNOTATION: ",".join(self.previous_options),
         }
+        if self.adopted_by:
+            annotations[ADOPTED_BY_ANNOTATION] = self.adopted_by
+        return {"metadata": {"annotations": annotations}, "spec": {"mountOptions": list(self.mount_options)}}
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseVolume:
+    """A PV the profile adopted and no longer names in spec.adopt: it stops being the profile's (its options stay)."""
+
+    name: str
+
+    def body(self) -> dict:
+        return {"metadata": {"annotations": {ADOPTED_BY_ANNOTATION: None}}}
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +76,7 @@ class RemountPod:
     uid: str
 
 
-Action = PatchVolume | RestartWorkload | RemountPod
+Action = PatchVolume | RestartWorkload | RemountPod | ReleaseVolume
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,13 +3,12 @@
 ``build_plan`` is also the dry run that `mountwarden plan` prints.
 """
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, replace
 
 from mountwarden.core.options.effects import freshness_lost
 from mountwarden.core.options.normalize import normalize
 from mountwarden.core.rollout.world import (
-    APPROVE_ANNOTATION,
     RESTARTABLE_KINDS,
     Autoscaler,
     Pod,
@@ -30,6 +29,17 @@ class VolumeChange:
     needs_patch: bool
     #: NewStorageClass: it belongs to an older class.
     on_older_version: bool
+    #: Of another class, taken over through spec.adopt and not adopted yet (patched and annotated on approval).
+    adopting: bool = False
+
+    @property
+    def to_patch(self) -> bool:
+        """PatchBoundVolumes patches it once approved: its options differ, or it is to be adopted."""
+        return self.needs_patch or self.adopting
+
+    @property
+    def action(self) -> str:
+        return "adopt" if self.adopting else "patch" if self.needs_patch else "keep"
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +137,7 @@ class Plan:
             "toMountOptions": list(target.version.mount_options),
             "strategy": target.policy.strategy,
             "approval": target.policy.approval,
+            "approvalKey": target.approval_key,
             "volumes": [
                 {
                     "name": change.volume.name,
@@ -134,7 +145,7 @@ class Plan:
                     "claim": "/".join(change.volume.claim) if change.volume.claim else None,
                     "fromVersion": change.from_version,
                     "mountOptions": list(change.volume.mount_options),
-                    "action": "patch" if change.needs_patch else "keep",
+                    "action": change.action,
                 }
                 for change in self.volumes
             ],
@@ -164,6 +175,13 @@ def freshness_records(plan: Plan) -> list[dict]:
             for consumer, lost in plan.freshness_lost]
 
 
+def adopting(target: Target, taken: Collection[str], world: World) -> Target:
+    """The target with the PVs its spec.adopt takes (``taken``), and which of them are not adopted yet."""
+    names = frozenset(taken)
+    return replace(target, adopted=names, adopting=frozenset(
+        volume.name for volume in world.volumes if volume.name in names and volume.adopted_by != target.profile))
+
+
 def _same_options(declared: Sequence[str], other: Sequence[str]) -> bool:
     return normalize(declared).options == normalize(other).options
 
@@ -178,6 +196,7 @@ def build_plan(target: Target, world: World) -> Plan:
             needs_patch=(target.patches_volumes
                          and not _same_options(target.version.mount_options, volume.mount_options)),
             on_older_version=volume.storage_class != target.version.storage_class,
+            adopting=volume.name in target.adopting,
         ))
     volume_by_claim = {v.claim: v.name for v in world.volumes if v.claim}
 
@@ -232,9 +251,9 @@ def _warnings(plan: Plan) -> list[str]:
                             "mountwarden reports it and never deletes it")
         elif consumer.workload is not None and consumer.workload.replicas == 0 and target.patches_volumes:
             warnings.append(f"{consumer.ref}: {zero_message(consumer)}")
-    if target.policy.approval == RolloutApproval.MANUAL and any(change.needs_patch for change in changes):
-        warnings.append(f"approval is Manual: the rollout waits for the annotation {APPROVE_ANNOTATION}: "
-                        f"\"{target.version.version}\" on StorageProfile {target.profile}")
+    if target.policy.approval == RolloutApproval.MANUAL and any(change.to_patch for change in changes):
+        warnings.append(f"approval is Manual: the rollout waits for the annotation {target.approve_annotation}: "
+                        f"\"{target.approval_key}\" on StorageProfile {target.profile}")
     return warnings
 
 

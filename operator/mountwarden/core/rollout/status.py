@@ -7,11 +7,14 @@ a tick must read the cluster at all.
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
+from mountwarden.core.adoption import LISTED_REFUSALS, AdoptionPhase, Selection, differences
+from mountwarden.core.options.table import OptionValue
 from mountwarden.core.rollout.actions import Action, Event, RemountPod, RestartWorkload
 from mountwarden.core.rollout.machine import DISRUPTION_BUDGET, IN_FLIGHT, Phase, Progress, State
 from mountwarden.core.rollout.plan import Consumer, Plan
 from mountwarden.core.rollout.verify import Check, check_pods
-from mountwarden.core.rollout.world import APPROVE_ANNOTATION, Target, timestamp
+from mountwarden.core.rollout.world import Target, timestamp
+from mountwarden.core.vocabulary import RolloutApproval
 
 MIGRATION_GUIDANCE = (
     "Volumes that exist keep their options; new PVCs get {target}. To move a consumer: create a PVC of class "
@@ -43,9 +46,12 @@ def phase_message(plan: Plan, phase: Phase, progress: Sequence[Progress]) -> str
     total = len(progress)
     done = sum(line.state == State.DONE for line in progress)
     if phase == Phase.AWAITING_APPROVAL:
-        patches = sum(change.needs_patch for change in plan.volumes)
-        return (f"{patches} volumes to patch and {total} workloads to restart: approve with `kubectl annotate "
-                f"storageprofile {target.profile} {APPROVE_ANNOTATION}={target.version.version}`")
+        patches = sum(change.to_patch for change in plan.volumes)
+        adopting = sum(change.adopting for change in plan.volumes)
+        adopted = f" ({adopting} of them to adopt)" if adopting else ""
+        return (f"{patches} volumes to patch{adopted} and {total} workloads to restart: approve with `kubectl "
+                f"annotate storageprofile {target.profile} {target.approve_annotation}={target.approval_key} "
+                "--overwrite`")
     if phase == Phase.PAUSED:
         blocked = next(line for line in progress if line.state == State.BLOCKED)
         return f"paused at {blocked.consumer.ref}: {blocked.reason}: {blocked.message}"
@@ -87,6 +93,62 @@ def rollout_status(plan: Plan, previous: Mapping | None, phase: Phase, message: 
         "completedAt": (completed or timestamp(now)) if phase == Phase.COMPLETE else None,
         "volumes": plan.covered_volumes,
     }
+
+
+def adoption_status(plan: Plan, selection: Selection, contract: Mapping[str, OptionValue], rollout: Mapping) -> dict:
+    """status.adoption: every volume spec.adopt takes, how it differs from the contract, and where it stands.
+
+    ``rollout`` is this tick's status.rollout (its phase says whether the adopted volumes' workloads are
+    verified); a volume patched by this very tick counts as adopted.
+    """
+    target = plan.target
+    taken = set(selection.volumes)
+    changes = [change for change in plan.volumes if change.volume.name in taken]
+    patched_now = target.approved and target.patches_volumes
+
+    def adopted(change) -> bool:
+        return change.volume.adopted_by == target.profile or (patched_now and change.to_patch)
+
+    volumes = [{
+        "name": change.volume.name, "storageClassName": change.volume.storage_class,
+        "claim": "/".join(change.volume.claim) if change.volume.claim else None,
+        "mountOptions": list(change.volume.mount_options),
+        "state": "Adopted" if adopted(change) else "Pending", "action": change.action,
+        "differences": differences(change.volume.mount_options, contract),
+    } for change in changes]
+    workloads = [str(consumer.ref) for consumer in plan.workloads if taken.intersection(consumer.volumes)]
+    refused = list(selection.refusals)
+    pending = [change for change in changes if not adopted(change)]
+    if not changes:
+        phase = AdoptionPhase.REFUSED if refused else AdoptionPhase.NOTHING_TO_ADOPT
+    elif not target.approved:
+        phase = AdoptionPhase.AWAITING_APPROVAL
+    elif pending or rollout.get("phase") != Phase.COMPLETE:
+        phase = AdoptionPhase.ADOPTING
+    else:
+        phase = AdoptionPhase.ADOPTED
+    differing = sum(bool(volume["differences"]) for volume in volumes)
+    refusals = f"; {len(refused)} refused (status.adoption.refused)" if refused else ""
+    if phase == AdoptionPhase.AWAITING_APPROVAL:
+        message = (f"{len(volumes)} volumes to adopt ({differing} with options other than the contract's), "
+                   f"{len(workloads)} workloads to restart in the order of status.adoption.workloads{refusals}: "
+                   f"approve with `kubectl annotate storageprofile {target.profile} "
+                   f"{target.approve_annotation}={target.approval_key} --overwrite`")
+    elif phase == AdoptionPhase.ADOPTING:
+        message = (f"{len(volumes) - len(pending)} of {len(volumes)} volumes adopted; the rollout restarts and "
+                   f"verifies their workloads (status.rollout: {rollout.get('message', '')}){refusals}")
+    elif phase == AdoptionPhase.ADOPTED:
+        message = (f"{len(volumes)} volumes adopted, their workloads verified with the options of "
+                   f"{target.version.storage_class}{refusals}")
+    elif phase == AdoptionPhase.REFUSED:
+        message = f"nothing adopted: {refused[0].field}: {refused[0].message}" + (
+            f" ({len(refused) - 1} more in status.adoption.refused)" if len(refused) > 1 else "")
+    else:
+        message = "spec.adopt selects no PersistentVolume on network storage now"
+    return {"phase": str(phase), "message": message,
+            "approvalKey": target.approval_key if target.policy.approval == RolloutApproval.MANUAL else None,
+            "storageClassNames": list(selection.classes), "volumes": volumes, "workloads": workloads,
+            "refused": [refusal.to_wire() for refusal in refused[:LISTED_REFUSALS]]}
 
 
 def _stuck(line: Mapping) -> bool:

@@ -43,8 +43,9 @@ def advance(plan: Plan, previous: Mapping | None, now: datetime) -> Step:
         # PVs first: a pod started from here on mounts the new options, whichever restart brings it.
         actions.extend(
             PatchVolume(change.volume.name, target.version.mount_options, change.volume.mount_options,
-                        target.version.storage_class)
-            for change in plan.volumes if change.needs_patch
+                        target.version.storage_class,
+                        adopted_by=target.profile if change.volume.name in target.adopted else None)
+            for change in plan.volumes if change.to_patch
         )
         for consumer in plan.workloads:
             line, needed = evaluate(consumer, plan, befores.get(consumer.ref) or {}, now)
@@ -57,7 +58,7 @@ def advance(plan: Plan, previous: Mapping | None, now: datetime) -> Step:
 
     phase = phase_of(target.approved, progress)
     status = rollout_status(plan, previous, phase, phase_message(plan, phase, progress), now)
-    status["volumesPatched"] = sum(not change.needs_patch for change in plan.volumes) + sum(
+    status["volumesPatched"] = sum(not change.to_patch for change in plan.volumes) + sum(
         isinstance(action, PatchVolume) for action in actions)
     status["workloads"] = [line.to_wire() for line in progress]
     status["consumersOnOlderVersions"] = [consumer_record(c, plan) for c in plan.others if on_older_version(c, plan)]

@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import NamedTuple
 
+from mountwarden.core.adoption import approval_key, approves
 from mountwarden.core.node.report import NodeReport
 from mountwarden.core.selectors import selector_matches
+from mountwarden.core.storageclass import ADOPTED_BY_ANNOTATION
 from mountwarden.core.vocabulary import RolloutApproval, RolloutStrategy
 
 RESTARTED_FOR_ANNOTATION = "mountwarden.io/restarted-for"
@@ -84,9 +86,22 @@ class Target:
     #: The value of the profile's mountwarden.io/approve-rollout annotation.
     approved_version: str | None = None
 
+    #: PVs of other classes that the profile adopts (spec.adopt), and those of them not adopted yet: an approval
+    #: given before they joined does not cover them (mountwarden.core.adoption.approval_key).
+    adopted: frozenset[str] = frozenset()
+    adopting: frozenset[str] = frozenset()
+    #: The annotation that approves it.
+    approve_annotation: str = APPROVE_ANNOTATION
+
+    @property
+    def approval_key(self) -> str:
+        """The value of the approval annotation that approves this target."""
+        return approval_key(self.version.version, self.adopting)
+
     @property
     def approved(self) -> bool:
-        return self.policy.approval != RolloutApproval.MANUAL or self.approved_version == str(self.version.version)
+        return self.policy.approval != RolloutApproval.MANUAL or approves(self.approved_version, self.version.version,
+                                                                          self.adopting)
 
     @property
     def patches_volumes(self) -> bool:
@@ -109,7 +124,7 @@ class Target:
 
 @dataclass(frozen=True, slots=True)
 class Volume:
-    """A PersistentVolume of the profile's lineage."""
+    """A PersistentVolume of the profile's lineage, or one it adopts."""
 
     name: str
     storage_class: str
@@ -119,6 +134,8 @@ class Volume:
     #: The class whose options mountwarden last patched in (mountwarden.io/applied-version).
     applied_version: str | None = None
     previous_options: tuple[str, ...] = ()
+    #: The StorageProfile that adopted it (mountwarden.io/adopted-by).
+    adopted_by: str | None = None
 
     @staticmethod
     def from_object(obj: Mapping) -> "Volume":
@@ -135,6 +152,7 @@ class Volume:
             claim=(ref.get("namespace", ""), ref["name"]) if bound else None,
             applied_version=annotations.get(APPLIED_VERSION_ANNOTATION),
             previous_options=tuple(token for token in previous.split(",") if token),
+            adopted_by=annotations.get(ADOPTED_BY_ANNOTATION),
         )
 
 

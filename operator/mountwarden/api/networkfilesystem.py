@@ -1,0 +1,146 @@
+"""NetworkFileSystem: the operator's view of one file system on network storage (cluster-scoped, one per file system).
+
+Written only by the operator, from its inventory (mountwarden.core.inventory), whether or not any
+StorageProfile exists: the classes and volumes on that EFS file system or NFS server, their claims,
+pods and nodes, which profile governs each (or none), the options in the class, in the PV and in
+effect on the nodes, where they disagree, and every finding on its volumes (a profile's, or the
+baseline's). ``kubectl get netfs`` lists them; ``mountwarden inventory`` prints the same from the
+objects themselves, without the operator.
+"""
+
+import json
+from datetime import datetime
+
+from pydantic import Field
+
+from mountwarden.api.base import API_VERSION, ApiModel
+
+KIND = "NetworkFileSystem"
+PLURAL = "networkfilesystems"
+LABELS = {"app.kubernetes.io/managed-by": "mountwarden"}
+#: The most a NetworkFileSystem's spec may take, in bytes of JSON: etcd refuses objects above 1.5 MiB.
+SPEC_BUDGET = 1_000_000
+
+
+class InventorySummary(ApiModel):
+    classes: int = Field(description="StorageClasses on it.")
+    volumes: int = Field(description="PersistentVolumes on it.")
+    inline_volumes: int = Field(default=0, description="Pods' in-line NFS volumes on it.")
+    claims: int = Field(description="Claims bound to its volumes.")
+    pods: int = Field(description="Pods using its volumes.")
+    nodes: int = Field(description="Nodes those pods run on.")
+    governed: int = Field(description="Volumes a StorageProfile governs (its lineage, or adopted).")
+    ungoverned: int = Field(description="Volumes (and in-line volumes) no StorageProfile governs: held to the "
+                                        "baseline.")
+    adoption_pending: int = Field(default=0, description="Volumes a profile's spec.adopt takes, not adopted yet.")
+    pod_volumes: dict[str, int] = Field(default_factory=dict, description="Pod volumes by verdict: compliant "
+                                        "(as declared, or meeting the baseline), drifted, unknown.")
+    findings: int = Field(description="Findings that count (warnings and worse).")
+    findings_by_severity: dict[str, int] = Field(default_factory=dict, description="Of those, by severity.")
+    disagreements: int = Field(default=0, description="Places where class, PV and node say different things.")
+
+
+class InventoryClass(ApiModel):
+    name: str = Field(description="The StorageClass.")
+    provisioner: str = Field(description="Its provisioner.")
+    governed_by: str | None = Field(default=None, description="The StorageProfile whose version it is.")
+    adopted_by: str | None = Field(default=None, description="The StorageProfile that adopted it.")
+    adoption_pending_by: str | None = Field(default=None, description="A StorageProfile whose spec.adopt names it, "
+                                                                      "not adopted yet.")
+    default: bool = Field(default=False, description="The cluster's default class.")
+    mount_options: list[str] = Field(default_factory=list, description="Its mountOptions: what new volumes get.")
+    volumes: int = Field(default=0, description="Its PersistentVolumes on this file system.")
+
+
+class InventoryOptions(ApiModel):
+    storage_class: list[str] | None = Field(default=None, description="The class's mountOptions (none: no class).")
+    persistent_volume: list[str] = Field(default_factory=list, description="The PV's mountOptions.")
+
+
+class InventoryAdoption(ApiModel):
+    profile: str = Field(description="The StorageProfile adopting it.")
+    state: str = Field(description="Pending or Adopted.")
+
+
+class InventoryPod(ApiModel):
+    pod: str = Field(description="namespace/name of a pod using the volume.")
+    uid: str = Field(description="Its UID.")
+    node: str | None = Field(default=None, description="Its node.")
+    contract: str = Field(description="The StorageProfile it is judged by, or baseline.")
+    state: str = Field(description="compliant (as declared, or meeting the baseline), drifted or unknown.")
+    reason: str = Field(description="Why: its worst finding's reason, or why it could not be judged.")
+    effective_options: list[str] | None = Field(default=None, description="The options in effect on its node "
+                                                                          "(its NodeMountReport).")
+    findings: list[str] = Field(default_factory=list, description="The reasons of its findings.")
+
+
+class InventoryVolume(ApiModel):
+    name: str = Field(description="The PersistentVolume.")
+    storage_class_name: str = Field(default="", description="Its class.")
+    claim: str | None = Field(default=None, description="namespace/name of its claim.")
+    source: str = Field(description="nfs (in-tree) or its CSI driver.")
+    server: str | None = Field(default=None, description="The server its source names.")
+    path: str | None = Field(default=None, description="The export path, or the CSI volume handle.")
+    governed_by: str | None = Field(default=None, description="The StorageProfile that governs it; none: the "
+                                                              "baseline.")
+    adoption: InventoryAdoption | None = Field(default=None, description="A profile adopting it.")
+    options: InventoryOptions = Field(description="Its options in its class and in itself.")
+    nodes: list[str] = Field(default_factory=list, description="Nodes it is mounted on.")
+    pods: list[InventoryPod] = Field(default_factory=list, description="The pods using it, each judged.")
+
+
+class InventoryInlineVolume(InventoryPod):
+    volume_name: str = Field(description="The pod's name for the volume.")
+    server: str | None = Field(default=None, description="The server it mounts.")
+
+
+class InventoryFinding(ApiModel):
+    reason: str = Field(description="The finding's reason: a docs/runbook.md heading.")
+    severity: str = Field(description="critical, error or warning.")
+    policy: str | None = Field(default=None, description="The StorageProfile, or mountwarden-baseline.")
+    pod: str | None = Field(default=None, description="namespace/name of the pod.")
+    node: str | None = Field(default=None, description="Its node.")
+    volume: str | None = Field(default=None, description="The volume.")
+    option: str | None = Field(default=None, description="The option, for a finding on one.")
+    message: str = Field(description="What was found, with its evidence and remedy.")
+
+
+class NetworkFileSystemSpec(ApiModel):
+    file_system: str = Field(description="The EFS file system (fs-...) or the NFS server.")
+    kind: str = Field(description="efs or nfs.")
+    servers: list[str] = Field(default_factory=list, description="The server addresses its volumes name or mount.")
+    summary: InventorySummary = Field(description="What is on it, in numbers.")
+    classes: list[InventoryClass] = Field(default_factory=list, description="Its StorageClasses.")
+    volumes: list[InventoryVolume] = Field(default_factory=list, description="Its PersistentVolumes.")
+    inline_volumes: list[InventoryInlineVolume] = Field(default_factory=list, description="Pods' in-line volumes.")
+    disagreements: list[str] = Field(default_factory=list, description="Where class, PV and node disagree.")
+    findings: list[InventoryFinding] = Field(default_factory=list, description="Every finding on its volumes.")
+    omitted: str | None = Field(default=None, description="What was left out to keep the object under etcd's "
+                                                          "limit (mountwarden inventory --json lists everything).")
+    checked_at: datetime = Field(description="When the operator last took the inventory.")
+
+
+def network_file_system(item: dict, checked_at: str) -> dict:
+    """The NetworkFileSystem object of one file system of the inventory (mountwarden.core.inventory's dict)."""
+    spec = {key: value for key, value in item.items() if key not in ("name", "objectName")}
+    spec = {"fileSystem": item["name"], **spec, "checkedAt": checked_at}
+    wire = NetworkFileSystemSpec.model_validate(_within_budget(spec)).to_wire()
+    return {"apiVersion": API_VERSION, "kind": KIND,
+            "metadata": {"name": item["objectName"], "labels": dict(LABELS)}, "spec": wire}
+
+
+def _within_budget(spec: dict) -> dict:
+    """Leave pods' options, then volumes and findings out, until the spec fits; say what was left out."""
+    if len(json.dumps(spec)) <= SPEC_BUDGET:
+        return spec
+    volumes, findings = list(spec["volumes"]), list(spec["findings"])
+    for volume in volumes:
+        volume["pods"] = [{**pod, "effectiveOptions": None} for pod in volume["pods"]]
+    kept_volumes, kept_findings = len(volumes), len(findings)
+    while len(json.dumps({**spec, "volumes": volumes[:kept_volumes], "findings": findings[:kept_findings]})) \
+            > SPEC_BUDGET and (kept_volumes or kept_findings):
+        kept_volumes, kept_findings = kept_volumes * 3 // 4, kept_findings * 3 // 4
+    return {**spec, "volumes": volumes[:kept_volumes], "findings": findings[:kept_findings],
+            "omitted": (f"{len(volumes) - kept_volumes} volumes, {len(findings) - kept_findings} findings and every "
+                        "pod's effective options left out to fit one object: `mountwarden inventory --json` lists "
+                        "them all")}
