@@ -1,10 +1,11 @@
 """A real node: a kubelet mounting real NFS for pods, audited and rolled out by mountwarden.
 
 lab-node-0 is the kernel lab VM joined to the local control plane (containerd and runc from
-Debian, a kubelet from the same Kubernetes source, a kernel NFS server beside it, mountwarden's
-agent writing its NodeMountReport). PersistentVolumes are in-tree NFS on the node's loopback
-carrying their StorageClass's mountOptions, as a provisioner would copy them; what the pods get
-is what this kernel and this kubelet really do with them.
+Debian, a kubelet from the same Kubernetes source, a kernel NFS server beside it), with the chart
+installed on it from mountwarden's own image: its operator replicas reconcile, and its agent's pod
+writes the NodeMountReport that drives compliance. PersistentVolumes are in-tree NFS on the node's
+loopback carrying their StorageClass's mountOptions, as a provisioner would copy them; what the pods
+get is what this kernel and this kubelet really do with them.
 """
 
 import time
@@ -82,7 +83,7 @@ def test_the_node_is_a_real_kubelet_on_the_lab_kernel(real_node, kube):
     assert "kwok.x-k8s.io/node" not in (node.metadata.annotations or {})
 
 
-def test_a_pod_mounts_real_nfs_with_its_class_options_and_is_audited(real_node, kube, operator, namespace, unique):
+def test_a_pod_mounts_real_nfs_with_its_class_options_and_is_audited(real_node, kube, chart, namespace, unique):
     profile = f"real-{unique}"
     kube.apply_profile(profile_body(profile, "cached", backend={"provisioner": "nfs.csi.k8s.io"}))
     wait_for(lambda: kube.classes_of(profile), what="the profile's class")
@@ -100,7 +101,7 @@ def test_a_pod_mounts_real_nfs_with_its_class_options_and_is_audited(real_node, 
     assert status["volumes"]["drifted"] == 0
 
 
-def test_two_pods_that_differ_only_in_timeo_share_a_superblock(real_node, kube, operator, namespace, unique):
+def test_two_pods_that_differ_only_in_timeo_share_a_superblock(real_node, kube, chart, namespace, unique):
     """The second pod's volume silently runs with the first one's timeo: SuperblockShared, on its pod."""
     first, second = f"first-{unique}", f"second-{unique}"
     kube.apply_profile(options_profile(first, ["vers=4.1", "timeo=100"]))
@@ -125,7 +126,7 @@ def test_two_pods_that_differ_only_in_timeo_share_a_superblock(real_node, kube, 
     assert compliance(kube, first)["volumes"]["compliant"] == 1
 
 
-def test_a_pod_holding_a_sqlite_lock_on_nfs_is_found(real_node, kube, operator, namespace, unique):
+def test_a_pod_holding_a_sqlite_lock_on_nfs_is_found(real_node, kube, chart, namespace, unique):
     profile = f"sqlite-{unique}"
     kube.apply_profile(profile_body(profile, "cached", backend={"provisioner": "nfs.csi.k8s.io"}))
     wait_for(lambda: kube.classes_of(profile), what="the profile's class")
@@ -142,7 +143,7 @@ def test_a_pod_holding_a_sqlite_lock_on_nfs_is_found(real_node, kube, operator, 
                     timeout=TIMEOUT, what="the profile counting the database")
 
 
-def test_a_rollout_patches_the_pv_and_the_real_remount_is_verified(real_node, kube, operator, namespace, unique):
+def test_a_rollout_patches_the_pv_and_the_real_remount_is_verified(real_node, kube, chart, namespace, unique):
     """PatchBoundVolumes: the PV is patched, the Deployment restarted, the kubelet mounts again with the
     new options, the agent sees them on the new pod, and only then is the rollout Done."""
     profile = f"roll-{unique}"
@@ -186,7 +187,7 @@ def test_a_rollout_patches_the_pv_and_the_real_remount_is_verified(real_node, ku
 
 
 def test_a_new_pod_on_a_superblock_kept_alive_by_another_pod_blocks_until_the_mounts_agree(
-        real_node, kube, operator, namespace, unique):
+        real_node, kube, chart, namespace, unique):
     """The rollout's new pod lands on the old superblock (another pod keeps it, and the new options differ
     only in timeo, which the kernel does not compare): the rollout pauses, naming the other consumer. With it
     gone, the replica's own replaced pod (unmounting after its successor mounted) keeps the superblock on a

@@ -21,6 +21,8 @@ from mountwarden.adapters.bounded import CallResult, Outcome
 from mountwarden.adapters.procreader import ProcRoot
 
 DEFAULT_PROBE_TIMEOUT_SECONDS = 5.0
+#: What the agent says (log, and each volume's notes) when it may not probe: docs/security.md names it.
+PROBE_FORBIDDEN = "ProbeForbidden"
 log = logging.getLogger(__name__)
 
 
@@ -51,6 +53,8 @@ class ServerProbe:
         self.proc = proc
         self.timeout = timeout
         self._said_forbidden = False
+        #: Superblocks the last check could not ask about because the agent may not follow /proc/1/root.
+        self.forbidden: frozenset[str] = frozenset()
 
     @property
     def stuck(self) -> int:
@@ -65,10 +69,12 @@ class ServerProbe:
         started = {superblock: self.proc.calls.submit(superblock, os.statvfs, self._path(mount.mount_point))
                    for superblock, mount in first_mount.items()}
         results = self.proc.calls.wait_all(started, self.timeout)
-        if not self._said_forbidden and any(isinstance(r.error, PermissionError) for r in results.values()):
+        self.forbidden = frozenset(superblock for superblock, result in results.items()
+                                   if isinstance(result.error, PermissionError))
+        if self.forbidden and not self._said_forbidden:
             self._said_forbidden = True
-            log.warning("the statvfs() probe may not follow %s: it needs CAP_SYS_PTRACE (ptrace read access to "
-                        "pid 1; the chart's agent.probeServers grants it), or --probe-timeout 0",
+            log.warning("%s: the statvfs() probe may not follow %s: it needs CAP_SYS_PTRACE (ptrace read access to "
+                        "pid 1; the chart's agent.probeServers grants it), or --probe-timeout 0", PROBE_FORBIDDEN,
                         self.proc.path / "1" / "root")
         return {superblock: _answered(result) for superblock, result in results.items()}
 

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from mountwarden import __version__
 from mountwarden.adapters.procreader import ProcRoot
 from mountwarden.agent.activity import ActivityTracker, VolumeActivity, volume_key
-from mountwarden.agent.probe import ServerProbe
+from mountwarden.agent.probe import PROBE_FORBIDDEN, ServerProbe
 from mountwarden.api.nodemountreport import (
     MountActivity,
     MountedVolume,
@@ -130,7 +130,8 @@ def _activity(recent: VolumeActivity | None) -> tuple[MountActivity | None, Proc
 
 
 def mounted_volume(volume: NodeVolume, server_responding: bool | None = None,
-                   recent: VolumeActivity | None = None, pod: dict[str, str | None] | None = None) -> MountedVolume:
+                   recent: VolumeActivity | None = None, pod: dict[str, str | None] | None = None,
+                   probe_forbidden: bool = False) -> MountedVolume:
     """A scanned volume in the report's shape, with its busiest operations only (and its pod, when known)."""
     busiest = list(volume.operations.items())[:MAX_REPORTED_OPERATIONS]
     rates, states = _activity(recent)
@@ -138,6 +139,9 @@ def mounted_volume(volume: NodeVolume, server_responding: bool | None = None,
     if server_responding is False:
         notes.append(f"{volume.server or 'the server'} did not answer a statvfs() probe: processes using this "
                      "volume block until it answers (hard) or get I/O errors (soft).")
+    if probe_forbidden:
+        notes.append(f"{PROBE_FORBIDDEN}: serverResponding is unknown: the agent may not follow /proc/1/root to "
+                     "probe the server; it needs CAP_SYS_PTRACE (the chart's agent.probeServers grants it).")
     return MountedVolume(
         pod_uid=volume.pod_uid,
         **(pod or {}),
@@ -234,7 +238,8 @@ def scan_node_report(
         network_fstypes=list(network_fstypes),
         volumes=[mounted_volume(volume, responding.get(volume.superblock), recent.get(volume_key(volume)),
                                 describe_pod(volume.pod_uid, volume.volume_name)
-                                if describe_pod and volume.pod_uid else None)
+                                if describe_pod and volume.pod_uid else None,
+                                probe_forbidden=probe is not None and volume.superblock in probe.forbidden)
                  for volume in scan.volumes],
         sqlite=sqlite,
         skipped_lines=scan.skipped_lines,

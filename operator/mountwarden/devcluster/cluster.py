@@ -563,14 +563,15 @@ class DevCluster:
 
     # -- the real node ----------------------------------------------------------------------
 
-    def add_real_node(self, *, timeout: float = 1800.0, chart: bool = True) -> RealNode:
+    def add_real_node(self, *, timeout: float = 1800.0, chart: bool = True, app_image=None) -> RealNode:
         """Join the real node (the kernel lab VM with containerd and a kubelet) to this running cluster.
 
         Returns it once its Node is Ready; a node that does not join fails with the kubelet's
         last log lines, and its VM is stopped. `down` stops it with the rest. With `chart` (what users
         install), mountwarden's image (`make image`) is imported into the node's containerd and the chart
         is installed: its operator Deployment (two replicas, on this node) and its agent DaemonSet, whose pod
-        here writes lab-node-0's NodeMountReport.
+        here writes lab-node-0's NodeMountReport. ``app_image`` (an appimage.BuiltImage) is the image to run; by
+        default the one $MOUNTWARDEN_IMAGE_DIR names, or `make image`'s for this checkout (built when missing).
         """
         from mountwarden.lab import appimage
         from mountwarden.lab.image import build_image, find_image
@@ -586,8 +587,7 @@ class DevCluster:
             raise DevClusterError(str(error), component=NODE_NAME) from error
         self._on_progress("finding the lab's node image (about 5 minutes the first time)")
         image = find_image(NODE) or build_image(NODE, progress=self._on_progress)
-        app_image = None
-        if chart:
+        if chart and app_image is None:
             self._on_progress("finding mountwarden's image (make image; about 2 minutes the first time)")
             try:
                 app_image = appimage.find_image() or appimage.build_image(progress=self._on_progress)

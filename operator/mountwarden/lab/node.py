@@ -10,8 +10,8 @@ mount real NFS from the kernel NFS server beside the kubelet (exports under /srv
 The chart's pods run here from mountwarden's own image (`import_image`: `make image`'s archive,
 shared read-only at /mnt/lab-images), and need two paths a real cluster has: to the API server
 through the `kubernetes` Service (no kube-proxy runs here: its ClusterIP is on the node's
-loopback, forwarded by socat), and from the API server to pod IPs and the kubelet (webhooks,
-logs). The host's API server cannot route into the VM, as the control planes of many managed
+loopback, forwarded by socat; no CoreDNS either: dnsmasq answers its names and no other), and
+from the API server to pod IPs and the kubelet (webhooks, logs). The host's API server cannot route into the VM, as the control planes of many managed
 clusters cannot route to pod IPs: like theirs (Konnectivity), its egress selector sends its
 `cluster` traffic through a proxy, here tinyproxy in the VM (HTTP CONNECT), which QEMU forwards
 from one loopback port of the host.
@@ -38,7 +38,8 @@ from mountwarden.lab.vm import GUEST_DIR, LabError, LabVM, start_nfs_server
 TOOLS_IMAGE = "mountwarden.local/lab-tools:1"
 NODE = ImageRecipe(
     "node",
-    (*LAB_PACKAGES, "containerd", "runc", "containernetworking-plugins", "busybox-static", "socat", "tinyproxy"),
+    (*LAB_PACKAGES, "containerd", "runc", "containernetworking-plugins", "busybox-static", "socat", "tinyproxy",
+     "dnsmasq-base"),
     (*LAB_MODULES, "virtio_net", "overlay", "bridge"),
     tools_image=TOOLS_IMAGE,
     dir_env="MOUNTWARDEN_NODE_IMAGE_DIR",
@@ -56,6 +57,9 @@ NFS_SERVER = "127.0.0.1"
 KUBELET_LOG = "/var/log/kubelet.log"
 #: The `kubernetes` Service's ClusterIP (the first of the service range), which the pods' in-cluster clients dial.
 KUBERNETES_SERVICE_IP = "10.0.0.1"
+#: The cluster's DNS, as the kubelet tells pods: it knows the `kubernetes` Service's names (kopf dials
+#: kubernetes.default.svc) and nothing else.
+CLUSTER_DNS_IP = "10.0.0.10"
 #: Where the API server's cluster traffic enters the VM (mutual TLS, socat, in front of tinyproxy on the next port
 #: of the loopback), and the ports it may reach there: the operator's webhook and the kubelet.
 PROXY_PORT_IN_GUEST = 3128
@@ -128,6 +132,7 @@ def kubelet_config() -> str:
         "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
         "cgroupDriver": "cgroupfs", "containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
         "failSwapOn": False, "resolvConf": "/etc/resolv.conf", "clusterDomain": "cluster.local",
+        "clusterDNS": [CLUSTER_DNS_IP],
         "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": False},
                            "x509": {"clientCAFile": "/etc/kubernetes/ca.crt"}},
         "authorization": {"mode": "AlwaysAllow"},
@@ -226,7 +231,7 @@ class RealNode:
         self.vm.run(" && ".join(f"mkdir -p /mnt/{tag} && mount -t 9p -o trans=virtio,version=9p2000.L,ro {tag} "
                                 f"/mnt/{tag}" for tag in mounts), timeout=60)
         self.vm.run(["sh", f"{GUEST_DIR}/node-up.sh", self.name, NODE_IP, GATEWAY, KUBERNETES_SERVICE_IP,
-                     f"{API_SERVER_IN_GUEST}:{API_PORT_IN_GUEST}"], timeout=900)
+                     f"{API_SERVER_IN_GUEST}:{API_PORT_IN_GUEST}", CLUSTER_DNS_IP], timeout=900)
         return self.vm
 
     def import_image(self, archive: Path, timeout: float = 1800.0) -> str:
