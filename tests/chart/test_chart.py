@@ -164,6 +164,9 @@ def test_the_operator_runs_two_peers_with_everything_wired(default):
     operator = container(deployment)
     assert deployment["spec"]["replicas"] == 2
     assert operator["image"] == "mountwarden:0.1.0"  # the chart's appVersion
+    # Until the first answer, the liveness probe waits operator.startupSeconds (minutes under emulation).
+    assert operator["startupProbe"]["httpGet"] == operator["livenessProbe"]["httpGet"]
+    assert operator["startupProbe"]["periodSeconds"] * operator["startupProbe"]["failureThreshold"] >= 120
     args = operator["args"]
     assert args[0] == "operator" and "--peering" in args and not any(a.startswith("--priority") for a in args)
     assert flag(args, "--peering-name") == FULLNAME
@@ -267,10 +270,8 @@ def test_the_agent_gets_only_the_capabilities_its_enabled_features_need(render, 
         "privileged": False, "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
         "capabilities": {"drop": ["ALL"], **({"add": capabilities} if capabilities else {})}}
     pod = daemonset["spec"]["template"]["spec"]["securityContext"]
-    if capabilities:  # capabilities take effect only for root
-        assert pod["runAsUser"] == 0 and not pod["runAsNonRoot"]
-    else:
-        assert pod["runAsNonRoot"] and pod["runAsUser"] == 65532
+    # uid 0 always: capabilities take effect only for it, and the host's mountstats is root's, mode 0400.
+    assert pod["runAsUser"] == 0 and not pod["runAsNonRoot"]
     # A feature without its privileges is switched off, not left to fail on every scan.
     assert [arg for arg in agent["args"] if arg in ("--no-sqlite-scan", "--probe-timeout=0")] == flags
 
@@ -310,6 +311,7 @@ def test_the_notes_say_what_reading_other_processes_amounts_to(helm, helm_env, t
     text = " ".join(notes(helm, helm_env, tmp_path / "without", "--set", "agent.readOtherProcesses=false",
                           "--set", "agent.probeServers=false").split())
     assert "readOtherProcesses" not in text and "runs as root" not in text
+    assert "runs as uid 0 with no capability" in text
 
 
 def test_the_defaults_enable_every_feature(default):

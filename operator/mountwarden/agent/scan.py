@@ -45,6 +45,9 @@ _MAX_SYMLINKS = 40
 #: podOwner, claimName as pod_name, ...), or {} when the pod is not known (yet).
 PodDescriber = Callable[[str, str], dict[str, str | None]]
 
+#: What the agent logs when the host's NFS statistics are root's alone to read: docs/security.md names it.
+MOUNTSTATS_FORBIDDEN = "MountstatsForbidden"
+
 #: The seam for the SQLite scan: given the proc root and the node's network mounts, the
 #: SQLite databases in use on them. The agent runs without one until it is plugged in.
 SqliteScanner = Callable[[ProcRoot, Sequence[ScannedMount]], Sequence[SqliteFinding]]
@@ -176,7 +179,7 @@ def scan_proc_root(
     network_fstypes: Sequence[str],
 ) -> NodeScan:
     """Read pid 1's mount table and NFS statistics (of one moment) and find the pod volumes in them."""
-    inconsistent_before = proc.counters.inconsistent
+    inconsistent_before, forbidden_before = proc.counters.inconsistent, proc.counters.forbidden
     mountinfo, mountstats = proc.mount_tables()
     if proc.counters.inconsistent > inconsistent_before:
         log.warning("%s and mountstats changed between every two reads: mounts come and go fast; taking the last",
@@ -187,7 +190,12 @@ def scan_proc_root(
             f"{proc.path / '1' / 'mountinfo'} is missing, unreadable or empty: is the host's /proc "
             "mounted at --proc-root (and readable)?"
         )
-    if not mountstats.devices:
+    if not mountstats.devices and proc.counters.forbidden > forbidden_before:
+        log.warning("%s: %s may not be read: it is root's, mode 0400, and the agent runs as uid %d: options are read "
+                    "from mountinfo (the kernel's defaults left out), with no NFS statistics; run the agent as uid 0 "
+                    "(the chart does, with no capability)", MOUNTSTATS_FORBIDDEN, proc.path / "1" / "mountstats",
+                    os.geteuid())
+    elif not mountstats.devices:
         log.warning("%s has no devices: options are read from mountinfo, without RPC statistics",
                     proc.path / "1" / "mountstats")
     return scan_node(
