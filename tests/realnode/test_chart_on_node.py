@@ -235,3 +235,85 @@ def test_sqlite_detection_needs_dac_read_search_and_says_what_it_cannot_see_with
                        timeout=TIMEOUT, what="the chart's agent finding the other pod's database")
     assert finding["path"].endswith("/app.db") and finding["volumeName"] == pv
     assert "OpenFilesForbidden" not in finding["message"]
+
+
+# -- upgrade and rollback ----------------------------------------------------------------------------------------
+
+
+def replica_sets(kube, namespace: str, app: str) -> set[str]:
+    return {rs.metadata.name for rs in kube.apps.list_namespaced_replica_set(namespace, label_selector=f"app={app}").items}
+
+
+def webhook_answers(cluster, kube, namespace: str, storage_class: str) -> None:
+    """The webhook configuration points at the chart's Service, whose one endpoint is the active replica, which
+    answers: a claim of the class gets its warning through the API server."""
+    hooks = json.loads(cluster.kubectl("get", "validatingwebhookconfiguration", CHART_RELEASE, "-o", "json").stdout)
+    assert {hook["clientConfig"]["service"]["name"] for hook in hooks["webhooks"]} == {f"{CHART_RELEASE}-webhook"}
+    active = wait_for(lambda: active_operator(kube), timeout=CHART_START_SECONDS, interval=5,
+                      what="an active replica")
+    wait_for(lambda: [a for s in json.loads(cluster.kubectl(
+        "get", "endpointslices", "-n", CHART_NAMESPACE, "-l", f"kubernetes.io/service-name={CHART_RELEASE}-webhook",
+        "-o", "json").stdout)["items"] for e in s.get("endpoints") or [] for a in e["addresses"]]
+        == [active.status.pod_ip], timeout=TIMEOUT, what="the webhook Service routing to the active replica")
+    assert "SQLite" in warning_on_claim(cluster, namespace, storage_class, "mountwarden.io/contents=sqlite")
+
+
+def test_an_upgrade_and_a_rollback_in_the_middle_of_a_rollout_lose_and_repeat_nothing(
+        real_node, chart, cluster, kube, namespace, unique):
+    """helm upgrade (every pod of the release rolls: the active operator goes, the standby takes the rollout over)
+    while a PatchBoundVolumes rollout restarts two Deployments one at a time, then helm rollback: each workload is
+    restarted exactly once, the rollout completes, the reports keep every volume, the webhook answers throughout."""
+    profile = f"upgrade-{unique}"
+    automatic = {"strategy": "PatchBoundVolumes", "approval": "Automatic"}
+    backend = {"provisioner": "nfs.csi.k8s.io"}
+    kube.apply_profile(profile_body(profile, "cached", backend=backend, rollout=automatic))
+    wait_for(lambda: kube.classes_of(profile), timeout=TIMEOUT, what="v1")
+    options = list(kube.storage.read_storage_class(f"{profile}-v1").mount_options or [])
+    apps = ("web-a", "web-b")
+    for app in apps:
+        pv = make_volume(kube, real_node, namespace, f"pv-{app}-{unique}", f"{profile}-v1", options,
+                         f"/{app}-{unique}")
+        kube.apps.create_namespaced_deployment(namespace, {
+            "metadata": {"name": app},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": app}},
+                     "template": {"metadata": {"labels": {"app": app}}, "spec": pod_spec(pv, pinned=False)}}})
+    for app in apps:
+        pod = wait_for(lambda app=app: (pods := kube.core.list_namespaced_pod(namespace, label_selector=f"app={app}")
+                                        .items) and pods[0].status.phase == "Running" and pods[0],
+                       timeout=TIMEOUT, interval=2, what=f"{app} Running")
+        wait_for(lambda pod=pod: reported(kube, pod.metadata.uid), timeout=TIMEOUT, what=f"{app}'s volume reported")
+    before = {app: replica_sets(kube, namespace, app) for app in apps}
+
+    def rollout() -> dict:
+        return ((kube.profile(profile) or {}).get("status") or {}).get("rollout") or {}
+
+    kube.apply_profile(profile_body(profile, "staging", backend=backend, rollout=automatic))
+    wait_for(lambda: (r := rollout()).get("phase") == "Progressing" and r.get("targetStorageClassName")
+             == f"{profile}-v2" and r, timeout=TIMEOUT * 2, interval=2, what="the rollout under way")
+    helm_upgrade(cluster, "logLevel=debug")  # a changed value of both the operator and the agent
+    assert all("--verbose" in pod.spec.containers[0].args for pod in operator_pods(kube))
+    done = wait_for(lambda: (r := rollout()).get("phase") == "Complete" and r, timeout=CHART_START_SECONDS * 2,
+                    interval=5, what="the rollout Complete after the upgrade")
+    assert [line["state"] for line in done["workloads"]] == ["Done", "Done"]
+    after = {app: replica_sets(kube, namespace, app) for app in apps}
+    assert all(len(after[app] - before[app]) == 1 for app in apps), (before, after)  # restarted once, never twice
+    for app in apps:
+        (pod,) = [p for p in kube.core.list_namespaced_pod(namespace, label_selector=f"app={app}").items
+                  if p.metadata.deletion_timestamp is None]
+        volume = wait_for(lambda pod=pod: reported(kube, pod.metadata.uid), timeout=TIMEOUT,
+                          what=f"{app}'s new pod in the upgraded agent's report")
+        assert "acregmax=0" in volume["effectiveOptions"]
+    webhook_answers(cluster, kube, namespace, f"{profile}-v2")
+
+    cluster.dev_cluster.helm("rollback", CHART_RELEASE, "-n", CHART_NAMESPACE, "--wait", "--timeout",
+                             f"{CHART_START_SECONDS}s")
+    wait_for(lambda: all("--verbose" not in pod.spec.containers[0].args for pod in operator_pods(kube))
+             and active_operator(kube), timeout=CHART_START_SECONDS, interval=5, what="the rolled back operator active")
+    assert rollout()["phase"] == "Complete"
+    assert {app: replica_sets(kube, namespace, app) for app in apps} == after  # nothing restarted again
+    for app in apps:
+        (pod,) = [p for p in kube.core.list_namespaced_pod(namespace, label_selector=f"app={app}").items
+                  if p.metadata.deletion_timestamp is None]
+        wait_for(lambda pod=pod: reported(kube, pod.metadata.uid), timeout=TIMEOUT,
+                 what=f"{app}'s volume in the rolled back agent's report")
+    webhook_answers(cluster, kube, namespace, f"{profile}-v2")
