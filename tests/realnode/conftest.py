@@ -17,6 +17,8 @@ from mountwarden.lab.node import CHART_NAMESPACE, NODE_NAME, RealNode
 
 #: Under TCG the replicas start in minutes (imports, then kopf's first lists), more when the host is busy.
 CHART_START_SECONDS = 1800
+#: pytest-timeout's limit for a real-node test, its fixtures included (the first one starts the node and the chart).
+MODULE_TIMEOUT = 3 * CHART_START_SECONDS
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

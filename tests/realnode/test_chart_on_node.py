@@ -11,12 +11,22 @@ from __future__ import annotations
 
 import json
 
-from tests.realnode.conftest import CHART_START_SECONDS, active_operator, node_report, operator_pods
+import pytest
+from tests.realnode.conftest import (
+    CHART_START_SECONDS,
+    MODULE_TIMEOUT,
+    active_operator,
+    node_report,
+    operator_pods,
+)
 from tests.realnode.test_real_node import TIMEOUT, make_volume, pod_spec, reported
 from tests.support import profile_body, wait_for
 
 from mountwarden.lab.appimage import UID
 from mountwarden.lab.node import CHART, CHART_NAMESPACE, CHART_RELEASE, NODE_NAME
+
+#: The node's start (boot, image import, the chart) is the first test's; every pod under emulation takes minutes.
+pytestmark = pytest.mark.timeout(MODULE_TIMEOUT)
 
 #: CapEff of a process with exactly these capabilities (linux/capability.h).
 CAPABILITY_BITS = {"DAC_READ_SEARCH": 2, "SYS_PTRACE": 19}

@@ -10,12 +10,16 @@ get is what this kernel and this kubelet really do with them.
 
 import time
 
+import pytest
 from tests.integration.test_compliance import compliance, pod_events
+from tests.realnode.conftest import MODULE_TIMEOUT
 from tests.support import profile_body, wait_for
 
 from mountwarden.lab.node import NFS_SERVER, NODE_NAME, TOOLS_IMAGE
 
 TIMEOUT = 600  # a pod under TCG: sandbox, image, NFS mount, container
+#: The node's start (boot, image import, the chart's replicas) is the first test's.
+pytestmark = pytest.mark.timeout(MODULE_TIMEOUT)
 
 
 def make_volume(kube, real_node, namespace: str, name: str, storage_class: str, options: list[str],
