@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 
 from mountwarden.cli._app import app
-from mountwarden.cli._output import console, err_console, fail
+from mountwarden.cli._output import console, fail, progress
 from mountwarden.lab import appimage
 
 image_app = typer.Typer(
@@ -21,8 +21,7 @@ image_app = typer.Typer(
 app.add_typer(image_app, name="image")
 
 
-def _progress(message: str) -> None:
-    err_console.print(f"[dim]image: {escape(message)}[/]", soft_wrap=True)
+_progress = progress("image")
 
 
 @image_app.command("build")

@@ -28,8 +28,6 @@ package versions, timings).
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -47,6 +45,7 @@ from pathlib import Path, PurePosixPath
 
 import mountwarden
 from mountwarden.lab import oci
+from mountwarden.lab.image import build_lock, cache_dir, run_step
 
 #: The checkout the image is built from (make image and the Dockerfile both build from one).
 CHECKOUT = Path(__file__).resolve().parents[3]
@@ -134,14 +133,7 @@ class DebianPackage:
 
 
 def _run(argv: Sequence[str], *, step: str, cwd: Path | None = None, env: dict | None = None) -> str:
-    try:
-        done = subprocess.run(list(argv), cwd=cwd, env=env, capture_output=True, text=True, check=False)
-    except FileNotFoundError as error:
-        raise ImageBuildError(f"{step}: {argv[0]} is not installed ({error})") from error
-    if done.returncode != 0:
-        tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-15:])
-        raise ImageBuildError(f"{step} failed (exit {done.returncode}): {' '.join(argv)}\n{tail}")
-    return done.stdout
+    return run_step(list(argv), step=step, cwd=cwd, env=env, error=ImageBuildError)
 
 
 def resolve_debian(roots: Sequence[str] = ROOT_PACKAGES) -> list[DebianPackage]:
@@ -203,10 +195,7 @@ def read_debian_lock(path: Path = DEBIAN_LOCK) -> tuple[tuple[str, ...], list[De
 
 
 def cache_root() -> Path:
-    root = os.environ.get(CACHE_ENV)
-    if root:
-        return Path(root)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mountwarden" / "image"
+    return cache_dir(CACHE_ENV, "image")
 
 
 def wheel_source_files() -> list[Path]:
@@ -281,14 +270,6 @@ def find_image() -> BuiltImage | None:
     return image if (image.dir / "manifest.json").exists() else None
 
 
-@contextlib.contextmanager
-def _build_lock(root: Path) -> Iterator[None]:
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time: parallel sessions may all ask
-        yield
-
-
 def build_image(*, syft: Path | None = None, progress: Progress = lambda _: None, root: Path | None = None,
                 downloads: Path | None = None) -> BuiltImage:
     """Build the image (or find it cached) with its SBOM beside it, and return it.
@@ -297,7 +278,7 @@ def build_image(*, syft: Path | None = None, progress: Progress = lambda _: None
     """
     root = root or cache_root()
     final = root / f"mountwarden-{mountwarden.__version__}_{input_key()}"
-    with _build_lock(root):
+    with build_lock(root):
         if not (final / "manifest.json").exists():
             partial = final.with_name(final.name + ".partial")
             shutil.rmtree(partial, ignore_errors=True)
