@@ -139,7 +139,8 @@ def test_the_standby_takes_over_when_the_active_pod_is_killed(real_node, chart, 
 def agent_once(cluster, kube, namespace: str, name: str, *, args: list[str], drop: tuple[str, ...] = (),
                run_as: int | None = None) -> tuple[dict, str]:
     """The installed DaemonSet's own pod, run once on the node as a bare Pod with ``args`` added (and capabilities
-    ``drop``-ped from what the chart gives, or as user ``run_as``): its report (--dry-run, on stdout) and its log."""
+    ``drop``-ped from what the chart gives, or as user ``run_as``): its report's spec (--dry-run, on stdout) and its
+    log."""
     daemonset = json.loads(cluster.kubectl("get", "daemonset", f"{CHART_RELEASE}-agent", "-n", CHART_NAMESPACE,
                                            "-o", "json").stdout)
     spec = daemonset["spec"]["template"]["spec"]
@@ -163,8 +164,8 @@ def agent_once(cluster, kube, namespace: str, name: str, *, args: list[str], dro
     finally:
         cluster.kubectl("delete", "pod", name, "-n", CHART_NAMESPACE, "--ignore-not-found", "--wait=false")
     start = out.index("{")
-    report, end = json.JSONDecoder().raw_decode(out, start)
-    return report, out[:start] + out[start + end:]
+    body, end = json.JSONDecoder().raw_decode(out, start)  # the NodeMountReport the agent would have written
+    return body["spec"], out[:start] + out[start + end:]
 
 
 def nfs_pod(kube, real_node, namespace: str, unique: str, command: str = "sleep 100000", *,
