@@ -1,33 +1,32 @@
-# The mountwarden image: `mountwarden operator` and `mountwarden agent` (the chart runs both from it).
+# The mountwarden image, for users with a Docker engine: `mountwarden operator` and `mountwarden agent` (the chart runs
+# both from it).
 #   docker build -t mountwarden:0.1.0 .
-# Stage 1 fetches the locked wheels of every dependency (requirements/runtime.txt, hashes checked) and builds
-# the project's wheel with the locked build backend; stage 2 installs them, and nothing else, into a clean
-# base, and runs as a non-root user (the agent's pod spec runs it as root when it must read other processes'
-# files).
+# A thin wrapper over `make image`: the build stage runs the same build (mountwarden.lab.appimage) from the same two
+# locks, hack/image/debian.lock (every Debian package, its version and its .deb's sha256) and
+# requirements/runtime.txt (every wheel and its hashes), and unpacks its layers into /rootfs; the image is that
+# root and the configuration `make image` writes. tests/unit/test_image.py holds this file to that build.
+# `make image` needs no Docker engine and gives the same root the same digest on every machine.
 
-ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
+ARG DEBIAN_IMAGE=debian:bookworm-slim
 
-FROM ${PYTHON_IMAGE} AS build
+FROM ${DEBIAN_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+# The build's tools only (apt-get download and dpkg-deb come with the base); none of them goes into the image.
+RUN apt-get update && apt-get install -y --no-install-recommends python3 python3-venv
 WORKDIR /src
 COPY requirements/runtime.txt requirements/build.txt requirements/
-# Wheels only: a wheel built here from an sdist would not match the lock's hashes.
-RUN pip download --require-hashes --no-deps --only-binary=:all: --dest /wheels -r requirements/runtime.txt \
- && pip install --require-hashes --no-deps -r requirements/build.txt \
- && cp requirements/runtime.txt /wheels/
+RUN python3 -m venv /venv \
+ && /venv/bin/pip install --require-hashes --no-deps -r requirements/runtime.txt -r requirements/build.txt
 COPY pyproject.toml README.md LICENSE ./
+COPY hack/image/debian.lock hack/image/
 COPY operator/ operator/
-RUN pip wheel --no-deps --no-build-isolation --wheel-dir /wheels .
+RUN PYTHONPATH=/src/operator /venv/bin/python -m mountwarden image build --rootfs /rootfs
 
-FROM ${PYTHON_IMAGE}
-ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
-# A named user (getpass and kopf's peer identity look the uid up), no home, no shell.
-RUN groupadd --system --gid 65532 mountwarden \
- && useradd --system --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \
-      --shell /usr/sbin/nologin mountwarden
-RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    pip install --no-index --find-links=/wheels --require-hashes --no-deps -r /wheels/runtime.txt \
- && pip install --no-index --find-links=/wheels --no-deps mountwarden
+FROM scratch
+COPY --from=build /rootfs/ /
 USER 65532:65532
-ENTRYPOINT ["mountwarden"]
+ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+WORKDIR /
+LABEL org.opencontainers.image.title=mountwarden org.opencontainers.image.version=0.1.0 org.opencontainers.image.licenses=Apache-2.0
+ENTRYPOINT ["/usr/local/bin/mountwarden"]
 CMD ["--help"]

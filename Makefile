@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 LOCK := requirements/dev.txt
 UV_VERSION := 0.13.9
 
-.PHONY: node help venv lock testbin lab kernel-facts lint crds docs test unit integration run bench chart clean
+.PHONY: node image image-lock help venv lock testbin lab kernel-facts lint crds docs test unit integration run bench chart clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -39,6 +39,13 @@ node: venv lab ## Build what the real node needs: its image (the lab + container
 	hack/lab/build.sh node >/dev/null
 	hack/nodebin/build.sh >/dev/null
 
+image: venv ## Build mountwarden's image (OCI archive and its SBOM, from hack/image/debian.lock and the runtime lock; cached)
+	hack/image/build.sh >/dev/null
+
+image-lock: venv ## Resolve the image's Debian packages (versions, sha256) into hack/image/debian.lock
+	hack/lab/host-deps.sh
+	$(BIN)/mountwarden image lock
+
 kernel-facts: venv lab ## Measure the kernel in the lab VM into operator/mountwarden/core/options/kernel_facts.json (25-40 min)
 	MOUNTWARDEN_LAB_DIR=$$(hack/lab/build.sh) $(BIN)/mountwarden lab measure --output operator/mountwarden/core/options/kernel_facts.json
 	$(BIN)/mountwarden docs --output-dir docs/reference
@@ -63,12 +70,13 @@ lint: venv ## ruff, the import-layer contracts, tests that cannot fail (hack/wea
 # is built only when they are missing there, or for the tests that need it). The kernel tests need the lab
 # either way: no cluster has a kernel to spare for them.
 ifeq ($(MOUNTWARDEN_TEST_CLUSTER),existing)
-TEST_NEEDS := venv lab lint
-TEST_ENV = MOUNTWARDEN_LAB_DIR=$$(hack/lab/build.sh)
+TEST_NEEDS := venv lab image lint
+TEST_ENV = MOUNTWARDEN_LAB_DIR=$$(hack/lab/build.sh) MOUNTWARDEN_IMAGE_DIR=$$(hack/image/build.sh)
 else
-TEST_NEEDS := venv testbin lab node lint
+TEST_NEEDS := venv testbin lab node image lint
 TEST_ENV = MOUNTWARDEN_TESTBIN_DIR=$$(hack/testbin/build.sh) MOUNTWARDEN_LAB_DIR=$$(hack/lab/build.sh) \
-	MOUNTWARDEN_NODE_IMAGE_DIR=$$(hack/lab/build.sh node) MOUNTWARDEN_NODEBIN_DIR=$$(hack/nodebin/build.sh)
+	MOUNTWARDEN_NODE_IMAGE_DIR=$$(hack/lab/build.sh node) MOUNTWARDEN_NODEBIN_DIR=$$(hack/nodebin/build.sh) \
+	MOUNTWARDEN_IMAGE_DIR=$$(hack/image/build.sh)
 endif
 test: $(TEST_NEEDS) ## Lint and run the whole suite: a real control plane (local, or KUBECONFIG's: see README), a real kernel in QEMU
 	$(TEST_ENV) $(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -76,13 +84,15 @@ test: $(TEST_NEEDS) ## Lint and run the whole suite: a real control plane (local
 unit: venv ## Only the fast unit tests (no control plane)
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
 
-run: venv testbin node ## Start a local control plane with the real node, the operator and the demo; Ctrl-C stops everything
+run: venv testbin node image ## Start a local control plane, the real node with the chart installed on it, and the demo; Ctrl-C stops everything
 	MOUNTWARDEN_TESTBIN_DIR=$$(hack/testbin/build.sh) MOUNTWARDEN_NODE_IMAGE_DIR=$$(hack/lab/build.sh node) \
-		MOUNTWARDEN_NODEBIN_DIR=$$(hack/nodebin/build.sh) hack/run-demo.sh $(STATE)
+		MOUNTWARDEN_NODEBIN_DIR=$$(hack/nodebin/build.sh) MOUNTWARDEN_IMAGE_DIR=$$(hack/image/build.sh) \
+		hack/run-demo.sh $(STATE)
 
-bench: venv testbin lab node ## Run every benchmark once; figures in bench/results/ (summary.md, summary.json)
+bench: venv testbin lab node image ## Run every benchmark once; figures in bench/results/ (summary.md, summary.json)
 	MOUNTWARDEN_TESTBIN_DIR=$$(hack/testbin/build.sh) MOUNTWARDEN_LAB_DIR=$$(hack/lab/build.sh) \
 		MOUNTWARDEN_NODE_IMAGE_DIR=$$(hack/lab/build.sh node) MOUNTWARDEN_NODEBIN_DIR=$$(hack/nodebin/build.sh) \
+		MOUNTWARDEN_IMAGE_DIR=$$(hack/image/build.sh) \
 		$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 clean: ## Remove the virtual environment and local state (not the testbin cache)

@@ -2,10 +2,13 @@
 
 A throwaway local control plane with one kwok node, then lab-node-0 (the kernel lab VM with
 containerd, runc and a kubelet built from the same source) joins it: real_node_ready_s is the
-time from the VM's start to its Node Ready (the dev cluster records it). Then the operator, as
-users run it, rolls a one-replica Deployment out from the `cached` to the `staging` preset with
+time from the VM's start to its Node Ready (the dev cluster records it). mountwarden's image is
+imported into its containerd (chart_import_s) and the chart installed (chart_install_s: until
+helm's --wait sees the pods started); chart_active_s is from the install to one operator replica
+active and the agent's report written (under emulation: the replicas' start). Then the chart's
+operator rolls a one-replica Deployment out from the `cached` to the `staging` preset with
 PatchBoundVolumes: realnode_rollout_s is from the profile change to the rollout Complete, that
-is, until the agent on the node has seen the kubelet's new mount with the new options.
+is, until the chart's agent on the node has seen the kubelet's new mount with the new options.
 Writes bench/results/realnode.json.
 
     .venv/bin/python bench/realnode.py
@@ -23,8 +26,9 @@ sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "results"
 
 import kubernetes  # noqa: E402
+from tests.realnode.conftest import CHART_START_SECONDS, active_operator, node_report  # noqa: E402
 from tests.realnode.test_real_node import class_options, make_volume, pod_spec  # noqa: E402
-from tests.support import Kube, OperatorProcess, profile_body, wait_for  # noqa: E402
+from tests.support import Kube, profile_body, wait_for  # noqa: E402
 
 from mountwarden.devcluster import DevCluster  # noqa: E402
 from mountwarden.lab.node import NODE_NAME  # noqa: E402
@@ -38,17 +42,17 @@ def main() -> None:
         try:
             cluster.up(nodes=1)
             node = cluster.add_real_node()
+            installed = time.monotonic()
             info = cluster.info()
             summary["real_node_ready_s"] = info.real_node_seconds
             summary["accelerator"] = node.vm.accelerator
-            for crd in sorted((ROOT / "crds").glob("*.yaml")):
-                cluster.kubectl("apply", "--server-side", "-f", str(crd))
-            operator = OperatorProcess(str(info.kubeconfig), Path(scratch))
-            operator.start()
-            try:
-                summary["realnode_rollout_s"] = rollout_seconds(info.kubeconfig, node)
-            finally:
-                operator.stop()
+            chart = json.loads(cluster.state_file.read_text())["chart"]
+            summary["chart_import_s"], summary["chart_install_s"] = chart["import_seconds"], chart["install_seconds"]
+            kube = Kube(kubernetes.config.new_client_from_config(config_file=str(info.kubeconfig)))
+            wait_for(lambda: active_operator(kube) and node_report(kube), timeout=CHART_START_SECONDS, interval=2,
+                     what="the chart's operator active and its agent's report written")
+            summary["chart_active_s"] = round(time.monotonic() - installed, 1)
+            summary["realnode_rollout_s"] = rollout_seconds(info.kubeconfig, node)
         finally:
             cluster.down()
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -35,6 +35,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "agent_latency": (["bench/agent_latency.py"], ["bench/agent_latency.py", "--mounts", "5", "--lab-mounts", "3"]),
     "lab": (["bench/lab.py"], ["bench/lab.py", "--boots", "1", "--skip-cold"]),
     "realnode": (["bench/realnode.py"], ["bench/realnode.py"]),
+    "image": (["bench/image.py"], ["bench/image.py", "--skip-cold"]),
 }
 
 #: The figures a script can find by name, and the benchmark that measures each.
@@ -56,6 +57,11 @@ HEADLINE = {
     "lab_try_4_mounts_s": "lab",
     "real_node_ready_s": "realnode",
     "realnode_rollout_s": "realnode",
+    "image_mib": "image",
+    "image_gzip_mib": "image",
+    "image_build_cold_s": "image",
+    "image_build_warm_s": "image",
+    "operator_start_s": "image",
 }
 #: The goals of issue 14, for the figures that have one: (comparison, bound).
 GOALS = {

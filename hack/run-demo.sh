@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# `make run`: a local control plane, the operator and the demo, in one command. Ctrl-C stops everything.
+# `make run`: a local control plane, the real node with the chart installed on it (the operator's replicas and the
+# agent, from the image `make image` built), and the demo, in one command. Ctrl-C stops everything.
 # What it prints is what the operator found: the profiles, the classes it made, the admission warning and the
-# findings (status, the operator's Events, PolicyReports), printed again whenever they change. The operator's own log is in a
-# file (named below).
+# findings (status, the operator's Events, PolicyReports), printed again whenever they change. Without the real node
+# (MOUNTWARDEN_DEMO_REAL_NODE=0: no QEMU needed) the operator runs as a process here, its log in a file (named below).
 set -euo pipefail
 state=${1:-.state/dev-cluster}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,6 +28,9 @@ trap cleanup INT TERM HUP EXIT
 
 "$mw" dev-cluster down --state-dir "$state" >/dev/null 2>&1 || true  # a previous run killed hard
 real_node=${MOUNTWARDEN_DEMO_REAL_NODE:-1}
+# Under emulation the chart's replicas take minutes to start and elect the active one.
+ready_timeout=120s
+[ "$real_node" = 1 ] && ready_timeout=1800s
 if [ "$real_node" = 1 ]; then
   log "starting the local control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok) and the" \
       "real node lab-node-0 (the kernel lab VM: containerd, a kubelet, a kernel NFS server; minutes under TCG)"
@@ -42,13 +46,23 @@ log "installing mountwarden's CRDs, and the wgpolicyk8s.io PolicyReport CRDs (as
 kubectl apply --server-side -f crds/ -f hack/policyreport-crds/ >/dev/null
 kubectl wait --for=condition=Established --timeout=60s -f crds/ -f hack/policyreport-crds/ >/dev/null
 
-log "starting the operator (its log: $state/operator.log)"
-"$mw" operator --kubeconfig "$KUBECONFIG" --policy-reports >"$state/operator.log" 2>&1 &
-operator_pid=$!
+if [ "$real_node" = 1 ]; then
+  # The chart is installed (dev-cluster up --real-node); PolicyReports are opt-in: turn them on now that their CRDs
+  # are there. The operator's replicas restart (minutes under emulation) and the active one takes over.
+  log "the chart's operator on lab-node-0, with PolicyReports (its log: kubectl logs -n mountwarden" \
+      "-l mountwarden.io/active=true)"
+  HELM_CONFIG_HOME=$state/helm/config HELM_CACHE_HOME=$state/helm/cache HELM_DATA_HOME=$state/helm/data \
+    helm upgrade mountwarden charts/mountwarden -n mountwarden --reuse-values --set policyReports.enabled=true \
+    --wait --timeout 30m >/dev/null
+else
+  log "starting the operator (its log: $state/operator.log)"
+  "$mw" operator --kubeconfig "$KUBECONFIG" --policy-reports >"$state/operator.log" 2>&1 &
+  operator_pid=$!
+fi
 
 log "applying examples/: two consumers of one EFS file system, each with its own mount contract"
 kubectl apply -f examples/
-kubectl wait --for=condition=Ready --timeout=120s storageprofiles --all >/dev/null
+kubectl wait --for=condition=Ready --timeout=$ready_timeout storageprofiles --all >/dev/null
 
 log "a PVC that keeps SQLite on the importer's NFS class: the admission webhook warns at apply time"
 kubectl create namespace data --dry-run=client -o yaml | kubectl apply -f - >/dev/null
@@ -164,7 +178,11 @@ echo "try, in another terminal:  export KUBECONFIG=$KUBECONFIG PATH=$MOUNTWARDEN
 echo "    kubectl patch sprof upload-staging --type merge -p '{\"spec\":{\"cachePolicy\":\"strict\"}}'"
 echo "Ctrl-C stops everything."
 last=
-while kill -0 "$operator_pid" 2>/dev/null; do
+running() {
+  if [ -n "$operator_pid" ]; then kill -0 "$operator_pid" 2>/dev/null; else kubectl get deployment mountwarden-operator \
+    -n mountwarden >/dev/null 2>&1; fi
+}
+while running; do
   now=$(found 2>&1 || true)
   if [ "$now" != "$last" ]; then
     printf '\n\033[1m--- %s\033[0m\n%s\n' "$(date +%H:%M:%S)" "$now"
@@ -173,4 +191,4 @@ while kill -0 "$operator_pid" 2>/dev/null; do
   sleep 3
 done
 log "the operator exited; the end of its log:"
-tail -n 20 "$state/operator.log"
+[ -n "$operator_pid" ] && tail -n 20 "$state/operator.log"

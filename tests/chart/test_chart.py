@@ -164,6 +164,9 @@ def test_the_operator_runs_two_peers_with_everything_wired(default):
     operator = container(deployment)
     assert deployment["spec"]["replicas"] == 2
     assert operator["image"] == "mountwarden:0.1.0"  # the chart's appVersion
+    # Until the first answer, the liveness probe waits operator.startupSeconds (minutes under emulation).
+    assert operator["startupProbe"]["httpGet"] == operator["livenessProbe"]["httpGet"]
+    assert operator["startupProbe"]["periodSeconds"] * operator["startupProbe"]["failureThreshold"] >= 120
     args = operator["args"]
     assert args[0] == "operator" and "--peering" in args and not any(a.startswith("--priority") for a in args)
     assert flag(args, "--peering-name") == FULLNAME
@@ -297,10 +300,8 @@ def test_the_agent_gets_only_the_capabilities_its_enabled_features_need(render, 
         "privileged": False, "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
         "capabilities": {"drop": ["ALL"], **({"add": capabilities} if capabilities else {})}}
     pod = daemonset["spec"]["template"]["spec"]["securityContext"]
-    if capabilities:  # capabilities take effect only for root
-        assert pod["runAsUser"] == 0 and not pod["runAsNonRoot"]
-    else:
-        assert pod["runAsNonRoot"] and pod["runAsUser"] == 65532
+    # uid 0 always: capabilities take effect only for it, and the host's mountstats is root's, mode 0400.
+    assert pod["runAsUser"] == 0 and not pod["runAsNonRoot"]
     # A feature without its privileges is switched off, not left to fail on every scan.
     assert [arg for arg in agent["args"] if arg in ("--no-sqlite-scan", "--probe-timeout=0")] == flags
 
@@ -340,6 +341,7 @@ def test_the_notes_say_what_reading_other_processes_amounts_to(helm, helm_env, t
     text = " ".join(notes(helm, helm_env, tmp_path / "without", "--set", "agent.readOtherProcesses=false",
                           "--set", "agent.probeServers=false").split())
     assert "readOtherProcesses" not in text and "runs as root" not in text
+    assert "runs as uid 0 with no capability" in text
 
 
 def test_the_defaults_enable_every_feature(default):
@@ -356,6 +358,7 @@ def test_values_reach_the_flags_and_env(render):
         "--set", "logLevel=debug", "--set", "agent.interval=60", "--set", "agent.heartbeat=600",
         "--set", "agent.kubeletRoot=/data/kubelet", "--set", "agent.networkFstypes={nfs4,nfs}",
         "--set", "operator.creditInterval=120", "--set", "operator.aws.region=eu-west-1",
+        "--set", "operator.stuckAfterSeconds=20", "--set", "operator.failureIntervalSeconds=3",
         "--set", "operator.aws.roleArn=arn:aws:iam::123456789012:role/mountwarden",
         "--set", "operator.networkProvisioners={example.com/nas,file.csi.azure.com}",
         "--set", "operator.replicas=1", "--set", "image.tag=dev", "--set", "image.repository=registry.local/mw",
@@ -368,6 +371,7 @@ def test_values_reach_the_flags_and_env(render):
     assert flag(agent["args"], "--kubelet-root") == "/data/kubelet"
     assert flag(agent["args"], "--network-fstypes") == "nfs4,nfs"
     assert flag(operator["args"], "--credit-interval") == "120"
+    assert flag(operator["args"], "--stuck-after") == "20" and flag(operator["args"], "--failure-interval") == "3"
     assert [a for a in operator["args"] if a.startswith("--network-provisioner=")] == [
         "--network-provisioner=example.com/nas", "--network-provisioner=file.csi.azure.com"]
     assert {"name": "AWS_REGION", "value": "eu-west-1"} in operator["env"]

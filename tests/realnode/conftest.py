@@ -1,16 +1,24 @@
-"""The real node as a fixture: the kernel lab VM joined to the session's local control plane.
+"""The real node as a fixture: the kernel lab VM joined to the session's local control plane, with the chart on it.
 
-`real_node` runs containerd, runc and a kubelet built from the same source as the control
-plane, with a kernel NFS server beside it and mountwarden's agent writing its report. It
-fails (never skips) when the node cannot join, with the kubelet's last log lines.
+`real_node` runs containerd, runc and a kubelet built from the same source as the control plane, with a kernel NFS
+server beside it; mountwarden's image (`make image`) is imported into its containerd and charts/mountwarden is
+installed: the operator's two replicas and the agent run there as containers, and the agent's pod writes
+lab-node-0's NodeMountReport. It fails (never skips) when the node cannot join or the chart does not come up, with
+the kubelet's last log lines or the pods' states.
 """
 
 from collections.abc import Iterator
 
 import pytest
+from tests.support import wait_for
 
 from mountwarden.devcluster import DevClusterError
-from mountwarden.lab.node import RealNode
+from mountwarden.lab.node import CHART_NAMESPACE, NODE_NAME, RealNode
+
+#: Under TCG the replicas start in minutes (imports, then kopf's first lists), more when the host is busy.
+CHART_START_SECONDS = 1800
+#: pytest-timeout's limit for a real-node test, its fixtures included (the first one starts the node and the chart).
+MODULE_TIMEOUT = 3 * CHART_START_SECONDS
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -21,16 +29,46 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="module")
-def real_node(cluster) -> Iterator[RealNode]:
-    """The real node for this module's tests; gone afterwards, Node object included, so that later tests on
-    the session's cluster (a DaemonSet, a scheduler) never meet a node that is not theirs."""
+def real_node(cluster, mountwarden_image) -> Iterator[RealNode]:
+    """The real node for this module's tests, the chart installed on it; gone afterwards (the release, the Node
+    object, its report), so that later tests on the session's cluster never meet a node or a release not theirs."""
     if cluster.dev_cluster is None:
         pytest.fail("the real node joins the local control plane: unset MOUNTWARDEN_TEST_CLUSTER", pytrace=False)
     try:
-        node = cluster.dev_cluster.add_real_node()
+        node = cluster.dev_cluster.add_real_node(app_image=mountwarden_image)
     except DevClusterError as error:
-        pytest.fail(f"the real node did not join: {error}", pytrace=False)
+        pytest.fail(f"the real node did not join, or the chart did not come up on it: {error}", pytrace=False)
     try:
         yield node
     finally:
         cluster.dev_cluster.remove_real_node(node)
+
+
+def operator_pods(kube) -> list:
+    return [pod for pod in kube.core.list_namespaced_pod(
+        CHART_NAMESPACE, label_selector="app.kubernetes.io/component=operator").items
+        if pod.metadata.deletion_timestamp is None]
+
+
+def active_operator(kube):
+    """The operator pod that labelled itself active (the webhook Service routes to it alone), or None."""
+    active = [pod for pod in operator_pods(kube) if (pod.metadata.labels or {}).get("mountwarden.io/active") == "true"]
+    return active[0] if len(active) == 1 else None
+
+
+def node_report(kube) -> dict | None:
+    try:
+        return kube.custom.get_cluster_custom_object("mountwarden.io", "v1alpha1", "nodemountreports", NODE_NAME)
+    except Exception:  # not written yet
+        return None
+
+
+@pytest.fixture(scope="module")
+def chart(real_node, kube) -> RealNode:
+    """The chart at work on the node: one operator replica active (serving the webhooks) and the agent's report
+    written, which the API server admits only once that replica answers its webhook through the Service."""
+    wait_for(lambda: active_operator(kube), timeout=CHART_START_SECONDS, interval=5,
+             what="an operator replica of the chart active on the real node")
+    wait_for(lambda: node_report(kube), timeout=CHART_START_SECONDS, interval=5,
+             what=f"the chart's agent writing NodeMountReport {NODE_NAME}")
+    return real_node

@@ -25,10 +25,11 @@ from collections.abc import Iterator
 
 import kubernetes
 import pytest
-from tests.integration.moto_server import dummy_aws_environment
 from tests.integration.test_policy_reports import cluster_results, policy_report_crds, report  # noqa: F401
+from tests.realnode.conftest import CHART_START_SECONDS, active_operator
+from tests.realnode.test_chart_on_node import helm_upgrade
 from tests.realnode.test_real_node import TIMEOUT, make_volume, options_profile, pod_spec, reported
-from tests.support import OperatorProcess, scrape, wait_for
+from tests.support import parse_metrics, wait_for
 
 from mountwarden.lab.node import NODE_NAME
 from mountwarden.lab.vm import GUEST_DIR
@@ -43,26 +44,39 @@ THROUGH_FORWARDER = ["vers=3", "proto=tcp", f"port={FORWARDER_PORT}", "nolock", 
 WRITER = ("exec 3> /data/$(hostname).bin; while true; do dd if=/dev/zero bs=65536 count=1 >&3 2>/dev/null; "
           "stat /data/$(hostname).bin > /dev/null; sleep 0.5; done")
 STUCK_AFTER = 20
+#: The chart's operator serves its metrics here (charts/mountwarden/templates/operator.yaml).
+OPERATOR_METRICS_PORT = 9800
 #: The real node joins within the first test's time (a boot under TCG), and pods take minutes each.
 pytestmark = pytest.mark.timeout(2400)
 
 
+class ChartOperator:
+    """The chart's active operator replica on the real node, its metrics read on the node (its pod's own address)."""
+
+    def __init__(self, kube, vm) -> None:
+        self.kube, self.vm = kube, vm
+
+    def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        pod = wait_for(lambda: active_operator(self.kube), timeout=TIMEOUT, what="an active operator replica")
+        url = f"http://{pod.status.pod_ip}:{OPERATOR_METRICS_PORT}/metrics"
+        page = self.vm.run(["python3", "-c", f"import urllib.request; print(urllib.request.urlopen({url!r}, "
+                                              "timeout=30).read().decode())"])
+        return parse_metrics(page.stdout)
+
+
 @pytest.fixture(scope="module")
-def failures_operator(cluster, crds_installed, policy_report_crds, _moto_server_process,  # noqa: F811
-                      tmp_path_factory) -> Iterator[OperatorProcess]:
-    """The operator, judging failures every 3 s and a mount left behind after 20 s, with PolicyReports on."""
-    log_dir = tmp_path_factory.mktemp("operator")
-    env = {**dummy_aws_environment(log_dir), "AWS_ENDPOINT_URL": _moto_server_process.endpoint_url,
-           "MOUNTWARDEN_POLICY_REPORTS": "true", "MOUNTWARDEN_STUCK_AFTER": str(STUCK_AFTER),
-           "MOUNTWARDEN_FAILURE_INTERVAL": "3"}
-    process = OperatorProcess(str(cluster.kubeconfig), log_dir, extra_env=env)
-    process.start()
-    yield process
-    process.stop()
+def failures_operator(cluster, chart, kube, policy_report_crds) -> ChartOperator:  # noqa: F811
+    """The chart's operator judging failures every 3 s and a mount left behind after 20 s, with PolicyReports on:
+    `helm upgrade --reuse-values`, as a user would set them."""
+    helm_upgrade(cluster, "policyReports.enabled=true", f"operator.stuckAfterSeconds={STUCK_AFTER}",
+                 "operator.failureIntervalSeconds=3")
+    wait_for(lambda: (pod := active_operator(kube)) and f"--stuck-after={STUCK_AFTER}" in pod.spec.containers[0].args,
+             timeout=CHART_START_SECONDS, interval=5, what="the upgraded operator replica active")
+    return ChartOperator(kube, chart.vm)
 
 
-def failure_count(operator: OperatorProcess, reason: str) -> float:
-    return sum(value for (name, labels), value in scrape(operator.metrics_port).items()
+def failure_count(operator: ChartOperator, reason: str) -> float:
+    return sum(value for (name, labels), value in operator.metrics().items()
                if name == "mountwarden_mount_failures" and dict(labels).get("reason") == reason
                and dict(labels).get("node") == NODE_NAME)
 
@@ -241,8 +255,8 @@ def test_pods_on_a_stale_handle_are_evicted_one_at_a_time_as_the_budget_allows(r
     evicted = [e for e in kube.core.list_namespaced_event(
         "default", field_selector=f"involvedObject.name={profile},reason=StaleHandleEvicted").items]
     assert len(evicted) == 2, [e.message for e in evicted]
-    assert scrape(operator.metrics_port).get(("mountwarden_stale_handle_evictions_total",
-                                              (("outcome", "evicted"), ("profile", profile))), 0) == 2
+    assert operator.metrics().get(("mountwarden_stale_handle_evictions_total",
+                                   (("outcome", "evicted"), ("profile", profile))), 0) == 2
     # The replacements mounted afresh: no stale handle left, the failures gone from the gauge and the reports.
     wait_for(lambda: all(reported(kube, p.metadata.uid) for p in fresh) and failure_count(
         operator, "StaleFileHandle") == 0 and not results(kube, namespace, "StaleFileHandle"), timeout=TIMEOUT,

@@ -1,10 +1,11 @@
 """A real node: a kubelet mounting real NFS for pods, audited and rolled out by mountwarden.
 
 lab-node-0 is the kernel lab VM joined to the local control plane (containerd and runc from
-Debian, a kubelet from the same Kubernetes source, a kernel NFS server beside it, mountwarden's
-agent writing its NodeMountReport). PersistentVolumes are in-tree NFS on the node's loopback
-carrying their StorageClass's mountOptions, as a provisioner would copy them; what the pods get
-is what this kernel and this kubelet really do with them.
+Debian, a kubelet from the same Kubernetes source, a kernel NFS server beside it), with the chart
+installed on it from mountwarden's own image: its operator replicas reconcile, and its agent's pod
+writes the NodeMountReport that drives compliance. PersistentVolumes are in-tree NFS on the node's
+loopback carrying their StorageClass's mountOptions, as a provisioner would copy them; what the pods
+get is what this kernel and this kubelet really do with them.
 """
 
 import json
@@ -15,11 +16,14 @@ import time
 import kubernetes
 import pytest
 from tests.integration.test_compliance import compliance, pod_events
+from tests.realnode.conftest import MODULE_TIMEOUT
 from tests.support import profile_body, wait_for
 
 from mountwarden.lab.node import NFS_SERVER, NODE_NAME, TOOLS_IMAGE
 
 TIMEOUT = 600  # a pod under TCG: sandbox, image, NFS mount, container
+#: The node's start (boot, image import, the chart's replicas) is the first test's.
+pytestmark = pytest.mark.timeout(MODULE_TIMEOUT)
 
 
 def make_volume(kube, real_node, namespace: str, name: str, storage_class: str, options: list[str],
@@ -105,14 +109,13 @@ def test_the_node_is_a_real_kubelet_on_the_lab_kernel(real_node, kube):
     assert "kwok.x-k8s.io/node" not in (node.metadata.annotations or {})
 
 
-@pytest.mark.timeout(1500)
-def test_a_volume_from_before_the_operator_is_audited_adopted_and_remounted_with_the_profiles_options(
-        real_node, crds_installed, kube, namespace, unique, request, cluster):
-    """Day one on a real kubelet: an in-tree NFS PV with the import's flags, its pod mounted before the operator
-    runs; the baseline names the flags from the kernel's own mount; a profile adopts the class and, once approved,
-    the pod is restarted and the kernel's mountinfo shows the profile's options; the inventory shows it governed
-    and compliant. (Before any other test of this module that starts the module's operator: it starts only once
-    the world is there.) Two real pod starts under TCG: more than the default guard."""
+def test_a_volume_no_profile_governs_is_audited_adopted_and_remounted_with_the_profiles_options(
+        real_node, chart, kube, namespace, unique, request, cluster):
+    """Day one on a real kubelet: an in-tree NFS PV with the import's flags, of a class no profile governs, its pod
+    running; the chart's operator judges it by the baseline from the kernel's own mount; a profile adopts the class
+    and, once approved, the pod is restarted and the kernel's mountinfo shows the profile's options; the inventory
+    shows it governed and compliant. (The operator arriving after the volumes is tests/integration/test_day_one.py's
+    order; here the chart is already on the node.)"""
     legacy, profile = f"legacy-nfs-{unique}", f"adopter-{unique}"
     provisioner = "k8s-sigs.io/nfs-subdir-external-provisioner"
     import_flags = ["sync", "actimeo=0", "lookupcache=none"]
@@ -130,7 +133,6 @@ def test_a_volume_from_before_the_operator_is_audited_adopted_and_remounted_with
     kernel = mountinfo_line(real_node, old.metadata.uid, pv).split()[-1].split(",")  # the superblock's options
     assert {"sync", "acregmin=0", "acregmax=0", "acdirmin=0", "acdirmax=0", "lookupcache=none"} <= set(kernel), kernel
 
-    request.getfixturevalue("operator")  # installed now, onto a cluster that already has the volume
     (said,) = wait_for(lambda: [m for r, m in pod_events(kube, namespace, old.metadata.name) if r == "RoundTripOptions"],
                        timeout=TIMEOUT, interval=2, what="the baseline's RoundTripOptions Event on the pod")
     assert "sync, actimeo=0, lookupcache=none" in said and "no StorageProfile governs it: the baseline" in said
@@ -188,7 +190,7 @@ def volumes_of(netfs_object: dict) -> dict[str, dict]:
     return {volume["name"]: volume for volume in netfs_object["spec"].get("volumes", [])}
 
 
-def test_a_pod_mounts_real_nfs_with_its_class_options_and_is_audited(real_node, kube, operator, namespace, unique):
+def test_a_pod_mounts_real_nfs_with_its_class_options_and_is_audited(real_node, kube, chart, namespace, unique):
     profile = f"real-{unique}"
     kube.apply_profile(profile_body(profile, "cached", backend={"provisioner": "nfs.csi.k8s.io"}))
     wait_for(lambda: kube.classes_of(profile), what="the profile's class")
@@ -206,7 +208,7 @@ def test_a_pod_mounts_real_nfs_with_its_class_options_and_is_audited(real_node, 
     assert status["volumes"]["drifted"] == 0
 
 
-def test_two_pods_that_differ_only_in_timeo_share_a_superblock(real_node, kube, operator, namespace, unique):
+def test_two_pods_that_differ_only_in_timeo_share_a_superblock(real_node, kube, chart, namespace, unique):
     """The second pod's volume silently runs with the first one's timeo: SuperblockShared, on its pod."""
     first, second = f"first-{unique}", f"second-{unique}"
     kube.apply_profile(options_profile(first, ["vers=4.1", "timeo=100"]))
@@ -237,7 +239,7 @@ def test_two_pods_that_differ_only_in_timeo_share_a_superblock(real_node, kube, 
     assert compliance(kube, first)["volumes"]["compliant"] == 1
 
 
-def test_a_pod_holding_a_sqlite_lock_on_nfs_is_found(real_node, kube, operator, namespace, unique):
+def test_a_pod_holding_a_sqlite_lock_on_nfs_is_found(real_node, kube, chart, namespace, unique):
     profile = f"sqlite-{unique}"
     kube.apply_profile(profile_body(profile, "cached", backend={"provisioner": "nfs.csi.k8s.io"}))
     wait_for(lambda: kube.classes_of(profile), what="the profile's class")
@@ -268,7 +270,7 @@ def test_a_pod_holding_a_sqlite_lock_on_nfs_is_found(real_node, kube, operator, 
                     timeout=TIMEOUT, what="the profile counting the database")
 
 
-def test_a_multi_replica_rollout_patches_the_pv_and_every_real_remount_is_verified(real_node, kube, operator,
+def test_a_multi_replica_rollout_patches_the_pv_and_every_real_remount_is_verified(real_node, kube, chart,
                                                                                    namespace, unique):
     """PatchBoundVolumes with two replicas on the node: the PV is patched, the Deployment restarted, the kubelet
     mounts each new replica with the new options (a superblock of their own: acregmax differs, which the kernel
@@ -325,7 +327,7 @@ def running(kube, namespace: str, app: str) -> list:
 
 
 def test_a_new_pod_on_a_superblock_kept_alive_by_another_pod_blocks_until_the_mounts_agree(
-        real_node, kube, operator, namespace, unique):
+        real_node, kube, chart, namespace, unique):
     """The rollout's new pod lands on the old superblock (another pod keeps it, and the new options differ
     only in timeo, which the kernel does not compare): the rollout pauses, naming the other consumer. With it
     gone, the replica's own replaced pod (unmounting after its successor mounted) keeps the superblock on a

@@ -1,13 +1,16 @@
-"""The Dockerfile, read (no Docker engine here to build it): pinned base, two stages, non-root, the entry point.
+"""The Dockerfile, read (no Docker engine here to build it): a thin wrapper over `make image` that cannot drift.
 
-What the image runs is checked by running it from this checkout: the console script the
-ENTRYPOINT names, with the subcommands the chart gives it.
+Its build stage runs the same build (mountwarden.lab.appimage) from the same locks, and its image is that build's
+root with that build's configuration, nothing else. What the image runs is checked by running it from this
+checkout (the console script the ENTRYPOINT names, with the subcommands the chart gives it), and as `make image`
+builds it on the real node (tests/realnode).
 """
 
 from __future__ import annotations
 
 import fnmatch
-import re
+import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -18,9 +21,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from mountwarden.lab import appimage
+
 ROOT = Path(__file__).resolve().parents[2]
-#: An exact release tag (major.minor.patch) of a named Debian release, or a digest: never a moving tag.
-PINNED = re.compile(r"^[\w./-]+:\d+\.\d+\.\d+-slim-(bookworm|trixie)(@sha256:[0-9a-f]{64})?$|^[\w./-]+@sha256:[0-9a-f]{64}$")
 NON_ROOT_UID = 65532
 
 
@@ -59,57 +62,39 @@ def stages() -> list[list[Instruction]]:
     return found
 
 
-def build_args() -> dict[str, str]:
-    """ARGs declared before the first FROM, with their defaults: what FROM lines may use."""
-    args = {}
-    for instruction in DOCKERFILE:
-        if instruction.keyword == "FROM":
-            break
-        if instruction.keyword == "ARG":
-            name, _, default = instruction.arguments.partition("=")
-            args[name] = default
-    return args
-
-
-def base_image(from_arguments: str) -> str:
-    image = from_arguments.split()[0]
-    return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: build_args()[m.group(1) or m.group(2)], image)
-
-
-def test_every_stage_starts_from_a_pinned_image():
-    images = [base_image(stage[0].arguments) for stage in stages()]
-    assert len(images) == 2
-    for image in images:
-        assert PINNED.match(image), f"{image} is not pinned to an exact version (or a digest)"
-
-
-def test_the_first_stage_builds_wheels_and_the_second_installs_only_those():
-    build, final = stages()
+def test_the_build_stage_runs_make_images_build_from_the_same_locks():
+    """A thin wrapper: the build stage runs mountwarden.lab.appimage, as `make image` does, from the same locks."""
+    build, _ = stages()
     assert build[0].arguments.split()[-2:] == ["AS", "build"]
-    assert any(i.keyword == "RUN" and "pip wheel" in i.arguments for i in build)
-    installs = [i for i in final if i.keyword == "RUN" and "pip install" in i.arguments]
-    assert len(installs) == 1
-    install = installs[0].arguments
-    assert "from=build" in install and "--no-index" in install  # nothing fetched in the final stage
-    assert not any(i.keyword == "COPY" and "--from" not in i.arguments for i in final)  # no sources in the image
+    runs = " && ".join(i.arguments for i in build if i.keyword == "RUN")
+    # The wheels the build runs with are the locked ones, hash-checked, the lock taken as it is.
+    assert "--require-hashes --no-deps -r requirements/runtime.txt -r requirements/build.txt" in runs
+    assert "python -m mountwarden image build --rootfs /rootfs" in runs
+    copied = " ".join(i.arguments for i in build if i.keyword == "COPY")
+    assert "hack/image/debian.lock" in copied
+    assert appimage.DEBIAN_LOCK.relative_to(ROOT) == Path("hack/image/debian.lock")
+    assert appimage.RUNTIME_LOCK.relative_to(ROOT) == Path("requirements/runtime.txt")
 
 
-def test_the_image_installs_the_locked_dependencies_with_their_hashes():
-    build, final = stages()
-    build_runs = " ".join(i.arguments for i in build if i.keyword == "RUN")
-    assert "--require-hashes" in build_runs and "-r requirements/runtime.txt" in build_runs
-    assert "-r requirements/build.txt" in build_runs and "--no-build-isolation" in build_runs  # the locked backend
-    (install,) = [i.arguments for i in final if i.keyword == "RUN" and "pip install" in i.arguments]
-    assert "--require-hashes" in install and "runtime.txt" in install
-    assert all("--no-deps" in command for command in install.split("&&")), "every install takes the lock as it is"
+def test_the_image_is_the_builds_root_with_the_builds_configuration_and_nothing_else():
+    _, final = stages()
+    assert final[0].arguments == "scratch"  # nothing from a base image: every file comes from the locks
+    assert final[1] == Instruction("COPY", "--from=build /rootfs/ /")
+    written = {i.keyword: i.arguments for i in final[2:]}
+    assert len(written) == len(final) - 2, "an instruction twice in the final stage"
+    assert set(written) == {"USER", "ENV", "WORKDIR", "LABEL", "ENTRYPOINT", "CMD"}, (
+        "the final stage adds something `make image` does not")
+    config = appimage.config()["config"]
+    assert written["USER"] == config["User"] == f"{NON_ROOT_UID}:{NON_ROOT_UID}"
+    assert shlex.split(written["ENV"]) == config["Env"]
+    assert written["WORKDIR"] == config["WorkingDir"]
+    assert dict(pair.split("=", 1) for pair in shlex.split(written["LABEL"])) == config["Labels"]
+    assert json.loads(written["ENTRYPOINT"]) == config["Entrypoint"]
+    assert json.loads(written["CMD"]) == config["Cmd"]
 
 
 def test_the_image_runs_as_a_named_non_root_user():
-    final = stages()[-1]
-    users = [i.arguments for i in final if i.keyword == "USER"]
-    assert users and users[-1] == f"{NON_ROOT_UID}:{NON_ROOT_UID}"
-    created = " ".join(i.arguments for i in final if i.keyword == "RUN")
-    assert f"--uid {NON_ROOT_UID}" in created and f"--gid {NON_ROOT_UID}" in created
+    assert (appimage.USER, appimage.UID) == ("mountwarden", NON_ROOT_UID)
     # The chart runs the operator (and a non-root agent) as the same user.
     chart = (ROOT / "charts/mountwarden/templates/operator.yaml").read_text()
     assert f"runAsUser: {NON_ROOT_UID}" in chart
@@ -118,7 +103,8 @@ def test_the_image_runs_as_a_named_non_root_user():
 def test_the_entrypoint_is_the_projects_console_script():
     (entrypoint,) = [i.arguments for i in DOCKERFILE if i.keyword == "ENTRYPOINT"]
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert yaml.safe_load(entrypoint) == ["mountwarden"]  # exec form: signals reach the process
+    # exec form (signals reach the process), the console script installed for the image's python3
+    assert yaml.safe_load(entrypoint) == ["/usr/local/bin/mountwarden"]
     assert "mountwarden" in scripts
 
 
@@ -146,7 +132,10 @@ def test_what_the_build_copies_is_in_the_context_and_is_what_the_wheel_needs():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     package_dir = project["tool"]["setuptools"]["packages"]["find"]["where"][0]
     needed = {"pyproject.toml", project["project"]["readme"], "LICENSE", f"{package_dir}/", "requirements/runtime.txt",
-              "requirements/build.txt"}
+              "requirements/build.txt", "hack/image/debian.lock"}
+    # Exactly what the build reads (appimage.WHEEL_SOURCES and the locks): nothing more goes to Docker.
+    allowed = {line[1:] for line in patterns if line.startswith("!")}
+    assert allowed == needed and {"pyproject.toml", "README.md", "LICENSE", "operator"} == set(appimage.WHEEL_SOURCES)
     assert needed <= set(copied)
     for kept_out in (".venv/bin/python", ".git/HEAD", "tests/conftest.py", "charts/mountwarden/Chart.yaml",
                      "requirements/dev.txt",

@@ -23,6 +23,7 @@ LOCKS = ROOT / "requirements"
 #: How uv's "# via" notes name the inputs (hack/lock.sh): the project's tables, and the build-system list.
 FROM_PROJECT = "mountwarden (pyproject.toml)"
 FROM_BUILD_SYSTEM = "-r requirements/pyproject-build-system.in"
+FROM_IMAGE_EXTRA = "-r requirements/pyproject-image-extra.in"
 #: kopf is pinned exactly: mountwarden.handlers.kopfpatch patches its private ToggleSet.
 EXACT = {"kopf"}
 
@@ -59,8 +60,10 @@ def requirements(*tables: list[str]) -> list[Requirement]:
 
 
 RUNTIME = requirements(PYPROJECT["project"]["dependencies"])
-EXTRAS = requirements(*(PYPROJECT["project"]["optional-dependencies"][extra] for extra in ("test", "bench")))
+EXTRAS = requirements(*(PYPROJECT["project"]["optional-dependencies"][extra] for extra in ("test", "bench", "image")))
 BUILD = requirements(PYPROJECT["build-system"]["requires"])
+#: What `make image` and the Dockerfile install the locked wheels with.
+IMAGE_TOOLS = requirements(PYPROJECT["project"]["optional-dependencies"]["image"])
 
 
 def names(reqs: list[Requirement]) -> set[str]:
@@ -73,7 +76,7 @@ def dev() -> dict[str, list[Pin]]:
 
 
 @pytest.mark.parametrize(("lock_name", "wanted"), [("dev.txt", RUNTIME + EXTRAS + BUILD), ("runtime.txt", RUNTIME),
-                                                   ("build.txt", BUILD)])
+                                                   ("build.txt", BUILD + IMAGE_TOOLS)])
 def test_every_requirement_of_pyproject_is_locked_within_its_bounds(lock_name, wanted):
     lock = read_lock(LOCKS / lock_name)
     assert wanted and lock
@@ -89,7 +92,8 @@ def test_every_requirement_of_pyproject_is_locked_within_its_bounds(lock_name, w
 def test_the_locks_hold_no_direct_dependency_that_pyproject_dropped(dev):
     locks = {name: read_lock(LOCKS / name) for name in ("runtime.txt", "build.txt")} | {"dev.txt": dev}
     for lock_name, source, wanted in [("dev.txt", FROM_PROJECT, RUNTIME + EXTRAS), ("dev.txt", FROM_BUILD_SYSTEM, BUILD),
-                                      ("runtime.txt", FROM_PROJECT, RUNTIME), ("build.txt", FROM_BUILD_SYSTEM, BUILD)]:
+                                      ("runtime.txt", FROM_PROJECT, RUNTIME), ("build.txt", FROM_BUILD_SYSTEM, BUILD),
+                                      ("build.txt", FROM_IMAGE_EXTRA, IMAGE_TOOLS)]:
         dropped = direct(locks[lock_name], source) - names(wanted)
         assert not dropped, f"requirements/{lock_name} still locks {sorted(dropped)} for pyproject.toml: run `make lock`"
 

@@ -28,6 +28,8 @@ from mountwarden.adapters.procreader import ProcRoot
 from mountwarden.core.node.failures import ProbeAnswer
 
 DEFAULT_PROBE_TIMEOUT_SECONDS = 5.0
+#: What the agent says (log, and each volume's notes) when it may not probe: docs/security.md names it.
+PROBE_FORBIDDEN = "ProbeForbidden"
 log = logging.getLogger(__name__)
 #: EIO/ETIMEDOUT: a soft mount giving up on its server.
 _GAVE_UP = (errno.EIO, errno.ETIMEDOUT)
@@ -83,6 +85,8 @@ class ServerProbe:
         self.proc = proc
         self.timeout = timeout
         self._said_forbidden = False
+        #: Superblocks the last check could not ask about because the agent may not follow /proc/1/root.
+        self.forbidden: frozenset[str] = frozenset()
 
     @property
     def stuck(self) -> int:
@@ -103,6 +107,8 @@ class ServerProbe:
         started = {superblock: self.proc.calls.submit(superblock, statvfs, *map(self._path, points))
                    for superblock, points in by_superblock.items()}
         results = self.proc.calls.wait_all(started, self.timeout)
+        self.forbidden = frozenset(superblock for superblock, result in results.items()
+                                   if isinstance(result.error, PermissionError))
         responding: dict[str, bool | None] = {}
         answers: dict[str, ProbeAnswer] = {}
         for superblock, result in results.items():
@@ -118,8 +124,8 @@ class ServerProbe:
             return dict.fromkeys(points, ProbeAnswer.NO_ANSWER)
         if isinstance(result.error, PermissionError) and not self._said_forbidden:
             self._said_forbidden = True
-            log.warning("the statvfs() probe may not follow %s: it needs CAP_SYS_PTRACE (ptrace read access to "
-                        "pid 1; the chart's agent.probeServers grants it), or --probe-timeout 0",
+            log.warning("%s: the statvfs() probe may not follow %s: it needs CAP_SYS_PTRACE (ptrace read access to "
+                        "pid 1; the chart's agent.probeServers grants it), or --probe-timeout 0", PROBE_FORBIDDEN,
                         self.proc.path / "1" / "root")
         return dict.fromkeys(points, ProbeAnswer.UNKNOWN)  # FULL: too many other servers are stuck to ask this one
 

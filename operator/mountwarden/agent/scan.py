@@ -17,7 +17,7 @@ from mountwarden import __version__
 from mountwarden.adapters.procreader import ProcRoot
 from mountwarden.agent.activity import ActivityTracker, VolumeActivity, volume_key
 from mountwarden.agent.failures import FailureWatch
-from mountwarden.agent.probe import ServerProbe
+from mountwarden.agent.probe import PROBE_FORBIDDEN, ServerProbe
 from mountwarden.agent.userspace import NfsSockets
 from mountwarden.api.nodemountreport import (
     MountActivity,
@@ -48,6 +48,9 @@ _MAX_SYMLINKS = 40
 #: Who a pod volume belongs to: (pod UID, volume name) -> the report's pod fields (podName, podNamespace,
 #: podOwner, claimName as pod_name, ...), or {} when the pod is not known (yet).
 PodDescriber = Callable[[str, str], dict[str, str | None]]
+
+#: What the agent logs when the host's NFS statistics are root's alone to read: docs/security.md names it.
+MOUNTSTATS_FORBIDDEN = "MountstatsForbidden"
 
 #: The seam for the SQLite scan: given the proc root and the node's network mounts, the
 #: SQLite databases in use on them. The agent runs without one until it is plugged in.
@@ -137,7 +140,8 @@ def _activity(recent: VolumeActivity | None) -> tuple[MountActivity | None, Proc
 
 
 def mounted_volume(volume: NodeVolume, server_responding: bool | None = None,
-                   recent: VolumeActivity | None = None, pod: dict[str, str | None] | None = None) -> MountedVolume:
+                   recent: VolumeActivity | None = None, pod: dict[str, str | None] | None = None,
+                   probe_forbidden: bool = False) -> MountedVolume:
     """A scanned volume in the report's shape, with its busiest operations only (and its pod, when known)."""
     busiest = list(volume.operations.items())[:MAX_REPORTED_OPERATIONS]
     rates, states = _activity(recent)
@@ -145,6 +149,9 @@ def mounted_volume(volume: NodeVolume, server_responding: bool | None = None,
     if server_responding is False:
         notes.append(f"{volume.server or 'the server'} did not answer a statvfs() probe: processes using this "
                      "volume block until it answers (hard) or get I/O errors (soft).")
+    if probe_forbidden:
+        notes.append(f"{PROBE_FORBIDDEN}: serverResponding is unknown: the agent may not follow /proc/1/root to "
+                     "probe the server; it needs CAP_SYS_PTRACE (the chart's agent.probeServers grants it).")
     return MountedVolume(
         pod_uid=volume.pod_uid,
         **(pod or {}),
@@ -182,7 +189,7 @@ def scan_proc_root(
     network_fstypes: Sequence[str],
 ) -> NodeScan:
     """Read pid 1's mount table and NFS statistics (of one moment) and find the pod volumes in them."""
-    inconsistent_before = proc.counters.inconsistent
+    inconsistent_before, forbidden_before = proc.counters.inconsistent, proc.counters.forbidden
     mountinfo, mountstats = proc.mount_tables()
     if proc.counters.inconsistent > inconsistent_before:
         log.warning("%s and mountstats changed between every two reads: mounts come and go fast; taking the last",
@@ -193,7 +200,12 @@ def scan_proc_root(
             f"{proc.path / '1' / 'mountinfo'} is missing, unreadable or empty: is the host's /proc "
             "mounted at --proc-root (and readable)?"
         )
-    if not mountstats.devices:
+    if not mountstats.devices and proc.counters.forbidden > forbidden_before:
+        log.warning("%s: %s may not be read: it is root's, mode 0400, and the agent runs as uid %d: options are read "
+                    "from mountinfo (the kernel's defaults left out), with no NFS statistics; run the agent as uid 0 "
+                    "(the chart does, with no capability)", MOUNTSTATS_FORBIDDEN, proc.path / "1" / "mountstats",
+                    os.geteuid())
+    elif not mountstats.devices:
         log.warning("%s has no devices: options are read from mountinfo, without RPC statistics",
                     proc.path / "1" / "mountstats")
     return scan_node(
@@ -253,7 +265,8 @@ def scan_node_report(
         network_fstypes=list(network_fstypes),
         volumes=[mounted_volume(volume, responding.get(volume.superblock), recent.get(volume_key(volume)),
                                 describe_pod(volume.pod_uid, volume.volume_name)
-                                if describe_pod and volume.pod_uid else None)
+                                if describe_pod and volume.pod_uid else None,
+                                probe_forbidden=probe is not None and volume.superblock in probe.forbidden)
                  for volume in scan.volumes],
         sqlite=sqlite,
         userspace_clients=userspace,

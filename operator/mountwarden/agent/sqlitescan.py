@@ -75,6 +75,12 @@ class SqliteScanCounters:
 class SqliteScan:
     findings: tuple[DatabaseInUse, ...]
     counters: SqliteScanCounters
+    #: Lock holders whose open files the agent may not read (their /proc/<pid>/fd is another user's, mode 0500).
+    unreadable: frozenset[int] = frozenset()
+
+
+#: What a finding says when the lock holder's descriptors could not be read: docs/security.md names it.
+FILES_FORBIDDEN = "OpenFilesForbidden"
 
 
 def scan_sqlite(
@@ -100,7 +106,13 @@ def scan_sqlite(
     locked_databases = {FileId(lock.major, lock.minor, lock.inode) for lock in sqlite_locks}
 
     holders = sqlite_lock_holders(sqlite_locks, devices)
-    files = {pid: _network_files(proc_root, pid, devices) for pid in holders}
+    unreadable: set[int] = set()
+    files = {}
+    for pid in holders:
+        forbidden = proc_root.counters.forbidden
+        files[pid] = _network_files(proc_root, pid, devices)
+        if proc_root.counters.forbidden > forbidden:
+            unreadable.add(pid)
     header_databases: set[FileId] = set()
     if header_scan:
         for pid in proc_root.pids():
@@ -120,7 +132,7 @@ def scan_sqlite(
     findings = find_sqlite_databases(locks.locks, network_mounts, processes, header_databases)
     counters.vanished = proc_root.counters.vanished - vanished_before
     counters.forbidden = proc_root.counters.forbidden - forbidden_before
-    return SqliteScan(findings=findings, counters=counters)
+    return SqliteScan(findings=findings, counters=counters, unreadable=frozenset(unreadable))
 
 
 #: How long one stat() or header read of a network file may take before the scan goes on without it.
@@ -262,5 +274,15 @@ def _read_header(fd_path: Path) -> bytes:
 def report_findings(proc_root: ProcRoot, mounts: Sequence[nodescan.ScannedMount]) -> list[SqliteDatabase]:
     """The agent's SQLite scan: findings for the node's network mounts, in the report's shape."""
     sqlite_mounts = [mount.network_mount for mount in mounts]
-    return [SqliteDatabase.model_validate(finding.to_dict()) for finding in scan_sqlite(proc_root, sqlite_mounts).findings]
+    scan = scan_sqlite(proc_root, sqlite_mounts)
+    findings: list[SqliteDatabase] = []
+    for finding in scan.findings:
+        document = finding.to_dict()
+        if finding.pid in scan.unreadable:
+            document["message"] += (
+                f" {FILES_FORBIDDEN}: the agent may not read process {finding.pid}'s open files (/proc/{finding.pid}/fd "
+                "belongs to another user): which file this is and which pod volume holds it are unknown; it needs "
+                "CAP_DAC_READ_SEARCH (the chart's agent.readOtherProcesses grants it).")
+        findings.append(SqliteDatabase.model_validate(document))
+    return findings
 

@@ -5,6 +5,7 @@ from mountwarden.cli import (  # noqa: F401  (imported for their registrations)
     cluster,
     credits,
     docs,
+    image,
     inventory,
     lab,
     operator,

@@ -2,14 +2,21 @@
 
 import json
 import sys
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 from rich.console import Console
+from rich.markup import escape
 
 #: Human-readable output; tables and findings.
 console = Console()
 #: Progress, logs and errors, so that stdout stays machine-readable.
 err_console = Console(stderr=True)
+
+
+def progress(prefix: str) -> Callable[[str], None]:
+    """Where a build says what it does: one dim line on stderr per step, ``prefix: step``."""
+    return lambda message: err_console.print(f"[dim]{prefix}: {escape(message)}[/]", soft_wrap=True)
 
 
 def print_json(document: Any) -> None:

@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from mountwarden.cli._app import app
-from mountwarden.cli._output import console, err_console, fail, print_json
+from mountwarden.cli._output import console, fail, print_json, progress
 from mountwarden.lab.image import LabBuildError, build_image, find_image
 from mountwarden.lab.trial import Trial, try_options
 from mountwarden.lab.vm import LabError, LabVM
@@ -27,8 +27,7 @@ app.add_typer(lab_app, name="lab")
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 
 
-def _progress(message: str) -> None:
-    err_console.print(f"[dim]lab: {escape(message)}[/]", soft_wrap=True)
+_progress = progress("lab")
 
 
 @lab_app.command("build")

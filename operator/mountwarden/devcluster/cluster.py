@@ -61,6 +61,10 @@ NODE_LEASE_SECONDS = 40
 #: take minutes to create or bind thousands of pods, which benchmarks do.
 CLIENT_QPS, CLIENT_BURST = "500", "1000"
 
+#: The loopback port the API server sends its traffic into the cluster network to (webhooks' Services, the
+#: kubelets): an HTTP CONNECT proxy there, when the real node runs (mountwarden.lab.node), reaches pod IPs.
+CLUSTER_EGRESS = "cluster_egress"
+
 STATE_FILE = "state.json"
 _POLL = 0.1  # seconds between readiness checks: short, since each check is one loopback request
 
@@ -418,7 +422,7 @@ class DevCluster:
         # account tokens, secrets), so nothing of a previous run is reused.
         for name in ("etcd", "pki", "kubeconfigs", "logs", "flexvolume"):
             shutil.rmtree(self.state_dir / name, ignore_errors=True)
-        for name in ("kubeconfig", "kwok.yaml", STATE_FILE):
+        for name in ("kubeconfig", "kwok.yaml", "egress-selector.yaml", "chart-values.yaml", STATE_FILE):
             (self.state_dir / name).unlink(missing_ok=True)
 
     def _up(self, binaries: Binaries, nodes: int, started: float, deadline: float) -> ClusterInfo:
@@ -560,14 +564,17 @@ class DevCluster:
 
     # -- the real node ----------------------------------------------------------------------
 
-    def add_real_node(self, *, timeout: float = 1800.0, agent: bool = True) -> RealNode:
+    def add_real_node(self, *, timeout: float = 1800.0, chart: bool = True, app_image=None) -> RealNode:
         """Join the real node (the kernel lab VM with containerd and a kubelet) to this running cluster.
 
         Returns it once its Node is Ready; a node that does not join fails with the kubelet's
-        last log lines, and its VM is stopped. `down` stops it with the rest. With `agent`,
-        mountwarden's node agent runs there too (from this checkout's code, with the dev
-        cluster's admin credentials) and writes lab-node-0's NodeMountReport.
+        last log lines, and its VM is stopped. `down` stops it with the rest. With `chart` (what users
+        install), mountwarden's image (`make image`) is imported into the node's containerd and the chart
+        is installed: its operator Deployment (two replicas, on this node) and its agent DaemonSet, whose pod
+        here writes lab-node-0's NodeMountReport. ``app_image`` (an appimage.BuiltImage) is the image to run; by
+        default the one $MOUNTWARDEN_IMAGE_DIR names, or `make image`'s for this checkout (built when missing).
         """
+        from mountwarden.lab import appimage
         from mountwarden.lab.image import build_image, find_image
         from mountwarden.lab.node import NODE, NODE_NAME, NodeCredentials, RealNode
 
@@ -581,13 +588,22 @@ class DevCluster:
             raise DevClusterError(str(error), component=NODE_NAME) from error
         self._on_progress("finding the lab's node image (about 5 minutes the first time)")
         image = find_image(NODE) or build_image(NODE, progress=self._on_progress)
+        if chart and app_image is None:
+            self._on_progress("finding mountwarden's image (make image; about 2 minutes the first time)")
+            try:
+                app_image = appimage.find_image() or appimage.build_image(progress=self._on_progress)
+            except appimage.ImageBuildError as error:
+                raise DevClusterError(str(error), component=NODE_NAME) from error
         pki_dir = self.state_dir / "pki"
         ca = pki_.CertKey(pki_dir / "ca.crt", pki_dir / "ca.key")
         workdir = self.state_dir / "real-node"
         client = pki_.issue_client(ca, workdir / "pki", "kubelet", f"system:node:{NODE_NAME}", "system:nodes")
         node = RealNode(image, node_binaries, int(state["ports"][APISERVER]),
                         NodeCredentials(ca.cert, client.cert, client.key), workdir=workdir,
-                        launcher=self._real_node_launcher(NODE_NAME))
+                        launcher=self._real_node_launcher(NODE_NAME),
+                        proxy_port=state["ports"].get(CLUSTER_EGRESS),
+                        proxy_tls=(ca.cert, pki_dir / "egress-proxy.crt", pki_dir / "egress-proxy.key"),
+                        images_dir=app_image.dir.parent if app_image else None)
         api = _Api(state["api_server"], ca, pki_.CertKey(pki_dir / "admin.crt", pki_dir / "admin.key"))
         started = time.monotonic()
         try:
@@ -599,26 +615,72 @@ class DevCluster:
                         f"the real node {NODE_NAME} did not become Ready in {timeout:.0f} s",
                         component=NODE_NAME, log_tail=node.kubelet_log(), log_path="/var/log/kubelet.log (in the VM)")
                 time.sleep(2)
+            ready = time.monotonic()
+            if app_image is not None:
+                self._on_progress(f"importing {app_image.name} ({app_image.digest[:19]}) into {NODE_NAME}'s containerd")
+                node.import_image(app_image.archive)
+                imported = time.monotonic()
+                self.install_chart(app_image)
         except BaseException:
             node.stop()
             raise
-        if agent:
-            self._on_progress(f"starting mountwarden's agent on {NODE_NAME}")
-            node.start_agent(NodeCredentials(ca.cert, pki_dir / "admin.crt", pki_dir / "admin.key"))
         state = self._read_state()
         state["real_node"] = NODE_NAME
-        state["real_node_seconds"] = round(time.monotonic() - started, 1)
+        state["real_node_seconds"] = round(ready - started, 1)
+        if app_image is not None:
+            state["chart"] = {"image": app_image.name, "digest": app_image.digest,
+                              "import_seconds": round(imported - ready, 1),
+                              "install_seconds": round(time.monotonic() - imported, 1)}
         self._write_state(state)
         return node
 
+    def helm(self, *args: str, timeout: float = 1800.0, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run the built helm against this cluster, its state under the state dir (never ~/.config/helm)."""
+        env = {**os.environ, **{f"HELM_{kind}_HOME": str(self.state_dir / "helm" / kind.lower())
+                                for kind in ("CONFIG", "CACHE", "DATA")}}
+        result = subprocess.run([str(self.binary("helm")), f"--kubeconfig={self.kubeconfig}", *args],
+                                capture_output=True, text=True, timeout=timeout, env=env)
+        if check and result.returncode != 0:
+            raise DevClusterError(f"`helm {' '.join(args)}` exited {result.returncode}:\n{result.stderr.strip()}")
+        return result
+
+    def install_chart(self, image, *, values: dict | None = None, timeout: str = "20m") -> None:
+        """`helm upgrade --install` charts/mountwarden onto the real node, running ``image`` (an appimage.BuiltImage).
+
+        Waits for the operator's replicas and the agents; a release that does not come up fails with its pods'
+        states (where the kubelet and containerd say why).
+        """
+        from mountwarden.lab.node import CHART, CHART_NAMESPACE, CHART_RELEASE, NODE_NAME, chart_values
+
+        path = self.state_dir / "chart-values.yaml"
+        path.write_text(json.dumps(values if values is not None else chart_values(image.name), indent=2))
+        self._on_progress(f"installing the chart ({CHART.name}) onto {NODE_NAME}: the operator's replicas and the agent")
+        result = self.helm("upgrade", "--install", CHART_RELEASE, str(CHART), "-n", CHART_NAMESPACE,
+                           "--create-namespace", "--wait", "--timeout", timeout, "-f", str(path), check=False)
+        if result.returncode != 0:
+            pods = self.kubectl("get", "pods", "-n", CHART_NAMESPACE, "-o", "wide", check=False).stdout
+            events = self.kubectl("get", "events", "-n", CHART_NAMESPACE, "--sort-by=.lastTimestamp",
+                                  check=False).stdout
+            raise DevClusterError(f"the chart did not come up on {NODE_NAME}: {result.stderr.strip()}",
+                                  component=NODE_NAME, log_tail=f"{pods}\n{events[-4000:]}",
+                                  log_path=f"pods and events in namespace {CHART_NAMESPACE}")
+
+    def uninstall_chart(self) -> None:
+        from mountwarden.lab.node import CHART_NAMESPACE, CHART_RELEASE
+
+        if self.helm("status", CHART_RELEASE, "-n", CHART_NAMESPACE, check=False).returncode == 0:
+            self.helm("uninstall", CHART_RELEASE, "-n", CHART_NAMESPACE, "--wait", "--timeout", "10m")
+
     def remove_real_node(self, node: RealNode) -> None:
-        """Stop the real node's VM and delete its Node and NodeMountReport, so that nothing is scheduled
-        onto (and no DaemonSet waits for) a node that is gone."""
+        """Uninstall the chart, stop the real node's VM and delete its Node and NodeMountReport, so that nothing is
+        scheduled onto (and no DaemonSet waits for) a node that is gone."""
         from mountwarden.api.base import GROUP, VERSION
         from mountwarden.lab.node import NODE_NAME
 
-        node.stop()
         state = self._read_state()
+        if state.get("chart"):
+            self.uninstall_chart()
+        node.stop()
         pki_dir = self.state_dir / "pki"
         api = _Api(state["api_server"], pki_.CertKey(pki_dir / "ca.crt", pki_dir / "ca.key"),
                    pki_.CertKey(pki_dir / "admin.crt", pki_dir / "admin.key"))
@@ -628,6 +690,7 @@ class DevCluster:
                 raise DevClusterError(f"could not delete {path} of the stopped real node: {status} {body}",
                                       component=NODE_NAME)
         state.pop("real_node", None)
+        state.pop("chart", None)
         self._write_state(state)
 
     def _real_node_launcher(self, name: str) -> Callable:
@@ -696,8 +759,8 @@ class _Launch:
         self.timings: dict[str, float] = {}
         self.ports = dict(
             zip(
-                ("etcd_client", "etcd_peer", APISERVER, CONTROLLER_MANAGER, SCHEDULER),
-                processes.free_ports(5),
+                ("etcd_client", "etcd_peer", APISERVER, CONTROLLER_MANAGER, SCHEDULER, CLUSTER_EGRESS),
+                processes.free_ports(6),
                 strict=True,
             )
         )
@@ -823,8 +886,31 @@ class _Launch:
                 f"--proxy-client-key-file={certs.front_proxy_client.key}",
                 # The default admission plugins stay on, ServiceAccount among them: it
                 # gives pods their service account as on any real cluster.
+                # Pod IPs are not routable from here (they are inside the real node's VM), as from the control
+                # planes of many managed clusters: like theirs, this one reaches the cluster network through a
+                # proxy (its egress selector), and dials a Service's endpoints rather than its ClusterIP.
+                f"--egress-selector-config-file={self.write_egress_selector()}",
+                "--enable-aggregator-routing=true",
+                # The kubelets' API (pod logs) as an administrator, by their InternalIP.
+                f"--kubelet-client-certificate={certs.admin.cert}",
+                f"--kubelet-client-key={certs.admin.key}",
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
             ],
         )
+
+    def write_egress_selector(self) -> Path:
+        """The API server's egress: `cluster` traffic (webhooks' Services, kubelets) through HTTP CONNECT over mutual
+        TLS on a loopback port; control-plane traffic (URL webhooks, etcd) direct."""
+        path = self.state_dir / "egress-selector.yaml"
+        path.write_text(json.dumps({
+            "apiVersion": "apiserver.k8s.io/v1beta1", "kind": "EgressSelectorConfiguration",
+            "egressSelections": [{"name": "cluster", "connection": {
+                "proxyProtocol": "HTTPConnect",
+                "transport": {"tcp": {"url": f"https://127.0.0.1:{self.ports[CLUSTER_EGRESS]}", "tlsConfig": {
+                    "caBundle": str(self.certs.ca.cert), "clientCert": str(self.certs.egress_client.cert),
+                    "clientKey": str(self.certs.egress_client.key)}}}}}],
+        }, indent=2))
+        return path
 
     def wait_for_etcd(self) -> None:
         self.wait("etcd to answer /health", lambda: DevCluster._etcd_healthy(self.etcd_url), blame=ETCD)

@@ -59,6 +59,10 @@ class Pki:
     kwok: CertKey
     front_proxy_ca: CertKey
     front_proxy_client: CertKey
+    #: The API server's egress into the cluster network (mutual TLS with the proxy the real node runs for it):
+    #: its client certificate, and the proxy's, valid for the loopback address the API server dials.
+    egress_client: CertKey
+    egress_proxy: CertKey
     #: Service-account token signing key pair (private for the API server and the
     #: token controller in kube-controller-manager, public for verification).
     service_account_key: Path
@@ -221,6 +225,9 @@ def generate(pki_dir: Path) -> Pki:
             client,
             issuer=(front_proxy_key, front_proxy_name),
         ),
+        egress_client=issue("egress-client", _name("kube-apiserver-egress"), client),
+        egress_proxy=issue("egress-proxy", _name("mountwarden-dev-egress-proxy"), [ExtendedKeyUsageOID.SERVER_AUTH],
+                           [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
         service_account_key=service_account_key,
         service_account_pub=service_account_pub,
     )

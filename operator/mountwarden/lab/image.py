@@ -110,31 +110,39 @@ class LabImage:
                                 "run `make lab` or `mountwarden lab build`.")
 
 
-def cache_root() -> Path:
-    root = os.environ.get(CACHE_ENV)
+def cache_dir(env: str, name: str) -> Path:
+    """A build's cache: $``env``, else ~/.cache/mountwarden/``name`` (under $XDG_CACHE_HOME when set)."""
+    root = os.environ.get(env)
     if root:
         return Path(root)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mountwarden" / "lab"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mountwarden" / name
+
+
+def cache_root() -> Path:
+    return cache_dir(CACHE_ENV, "lab")
 
 
 def missing_host_tools() -> dict[str, str]:
     return {tool: package for tool, package in HOST_TOOLS.items() if shutil.which(tool) is None}
 
 
-def _run(argv: list[str], *, step: str, cwd: Path | None = None, env: dict | None = None) -> str:
+def run_step(argv: list[str], *, step: str, cwd: Path | None = None, env: dict | None = None,
+             error: type[Exception] = LabBuildError) -> str:
+    """One step of a build: its stdout, or ``error`` naming the step with the tail of what it said."""
     try:
-        done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, check=False)
-    except FileNotFoundError as error:
-        raise LabBuildError(f"{step}: {argv[0]} is not installed ({error})") from error
+        done = subprocess.run(list(argv), cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    except FileNotFoundError as missing:
+        raise error(f"{step}: {argv[0]} is not installed ({missing})") from missing
     if done.returncode != 0:
         tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-15:])
-        raise LabBuildError(f"{step} failed (exit {done.returncode}): {' '.join(argv)}\n{tail}")
+        raise error(f"{step} failed (exit {done.returncode}): {' '.join(argv)}\n{tail}")
     return done.stdout
+
 
 
 def kernel_package() -> tuple[str, str]:
     """The kernel package Debian's metapackage depends on now, and its version."""
-    depends = _run(["apt-cache", "depends", KERNEL_METAPACKAGE], step="finding the kernel package")
+    depends = run_step(["apt-cache", "depends", KERNEL_METAPACKAGE], step="finding the kernel package")
     match = re.search(r"Depends:\s*(linux-image-\S+-amd64)", depends)
     if match is None:
         raise LabBuildError(
@@ -142,7 +150,7 @@ def kernel_package() -> tuple[str, str]:
             "run `apt-get update` (hack/lab/host-deps.sh does)."
         )
     package = match.group(1)
-    policy = _run(["apt-cache", "policy", package], step="finding the kernel version")
+    policy = run_step(["apt-cache", "policy", package], step="finding the kernel version")
     version = re.search(r"Candidate:\s*(\S+)", policy)
     if version is None or version.group(1) == "(none)":
         raise LabBuildError(f"apt has no candidate for {package}: run `apt-get update`.")
@@ -218,7 +226,7 @@ RECIPES: dict[str, ImageRecipe] = {"lab": LAB}
 
 
 @contextlib.contextmanager
-def _build_lock(root: Path) -> Iterator[None]:
+def build_lock(root: Path) -> Iterator[None]:
     root.mkdir(parents=True, exist_ok=True)
     with open(root / ".build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time: parallel sessions may all ask
@@ -251,7 +259,7 @@ def build_image(recipe: ImageRecipe = LAB, *, progress: Progress = lambda _: Non
     requirements = python_requirements()
     root = cache_root()
     final = root / recipe.key(kernel)
-    with _build_lock(root):
+    with build_lock(root):
         if (final / "manifest.json").exists():
             _link_python_deps(final, requirements, progress)
             progress(f"cached in {final}")
@@ -283,7 +291,7 @@ def _link_python_deps(image_dir: Path, requirements: list[str], progress: Progre
         partial = target.with_name(target.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
         # Wheels for the guest's CPython, whatever Python runs this build.
-        _run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+        run_step([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
               "--target", str(partial), "--only-binary=:all:", "--implementation", "cp",
               "--python-version", GUEST_PYTHON, "--platform", "manylinux_2_36_x86_64",
               "--platform", "manylinux2014_x86_64", *requirements], step="installing the guest's Python packages")
@@ -351,17 +359,17 @@ class _Build:
         debs = self.out / "debs"
         debs.mkdir()
         package, version = self.kernel
-        _run(["apt-get", "download", f"{package}={version}"], cwd=debs, step=f"downloading {package}")
+        run_step(["apt-get", "download", f"{package}={version}"], cwd=debs, step=f"downloading {package}")
         deb = next(debs.glob("*.deb"))
         extracted = self.out / "kernel-package"
-        _run(["dpkg-deb", "-x", str(deb), str(extracted)], step="unpacking the kernel")
+        run_step(["dpkg-deb", "-x", str(deb), str(extracted)], step="unpacking the kernel")
         vmlinuz = next((extracted / "boot").glob("vmlinuz-*"))
         shutil.copy2(vmlinuz, self.out / "vmlinuz")
         shutil.rmtree(debs)
         return vmlinuz.name.removeprefix("vmlinuz-")
 
     def bootstrap_root(self) -> None:
-        _run(["debootstrap", "--variant=minbase", f"--include={','.join(self.recipe.packages)}",
+        run_step(["debootstrap", "--variant=minbase", f"--include={','.join(self.recipe.packages)}",
               SUITE, str(self.rootfs), debian_mirror()], step="debootstrap")
         # What a VM that lives for minutes never reads: apt's lists and caches, docs, locales.
         for trimmed in ("var/cache/apt", "var/lib/apt/lists", "usr/share/doc", "usr/share/man",
@@ -377,12 +385,12 @@ class _Build:
         source = self.out / "kernel-package/lib/modules" / release
         target = self.rootfs / "lib/modules" / release
         shutil.copytree(source, target)
-        _run(["chroot", str(self.rootfs), "depmod", "-a", release], step="depmod (all modules)")
+        run_step(["chroot", str(self.rootfs), "depmod", "-a", release], step="depmod (all modules)")
         needed = module_closure(target, self.recipe.modules)
         for path in target.joinpath("kernel").rglob("*.ko*"):
             if str(path.relative_to(target)) not in needed:
                 path.unlink()
-        _run(["chroot", str(self.rootfs), "depmod", "-a", release], step="depmod (the lab's modules)")
+        run_step(["chroot", str(self.rootfs), "depmod", "-a", release], step="depmod (the lab's modules)")
         lab_etc = self.rootfs / "etc/mountwarden-lab"
         lab_etc.mkdir(parents=True, exist_ok=True)
         (lab_etc / "modules").write_text("\n".join(self.recipe.modules) + "\n")
@@ -419,7 +427,7 @@ class _Build:
             raise LabBuildError(f"packing the initramfs failed (zstd, cpio, find exit codes {codes})")
 
     def package_versions(self) -> dict[str, str]:
-        listing = _run(["chroot", str(self.rootfs), "dpkg-query", "-W", "-f", "${Package} ${Version}\\n",
+        listing = run_step(["chroot", str(self.rootfs), "dpkg-query", "-W", "-f", "${Package} ${Version}\\n",
                         *self.recipe.packages], step="listing package versions")
         return dict(line.split(" ", 1) for line in listing.splitlines() if " " in line)
 

@@ -7,6 +7,15 @@ else, through QEMU's user network restricted to one forward: the guest's 10.0.2.
 the host's loopback port of the API server (a `socat` per connection, started by QEMU). Pods
 mount real NFS from the kernel NFS server beside the kubelet (exports under /srv/export).
 
+The chart's pods run here from mountwarden's own image (`import_image`: `make image`'s archive,
+shared read-only at /mnt/lab-images), and need two paths a real cluster has: to the API server
+through the `kubernetes` Service (no kube-proxy runs here: its ClusterIP is on the node's
+loopback, forwarded by socat; no CoreDNS either: dnsmasq answers its names and no other), and
+from the API server to pod IPs and the kubelet (webhooks, logs). The host's API server cannot route into the VM, as the control planes of many managed
+clusters cannot route to pod IPs: like theirs (Konnectivity), its egress selector sends its
+`cluster` traffic through a proxy, here tinyproxy in the VM (HTTP CONNECT), which QEMU forwards
+from one loopback port of the host.
+
 `RealNode(...).start()` boots the VM, starts the NFS server and the node, and returns once
 the kubelet runs; `wait_ready` (with a Kubernetes client, in the caller) is the caller's.
 """
@@ -23,13 +32,14 @@ from pathlib import Path
 
 from mountwarden.lab.image import LAB_MODULES, LAB_PACKAGES, RECIPES, ImageRecipe, LabImage
 from mountwarden.lab.oci import write_image
-from mountwarden.lab.vm import GUEST_DIR, GUEST_IO, GUEST_PYTHON_ENV, LabError, LabVM, start_nfs_server
+from mountwarden.lab.vm import GUEST_DIR, LabError, LabVM, start_nfs_server
 
 #: A shell and coreutils (busybox), and sqlite3, from the VM's own Debian files (pods use imagePullPolicy: Never).
 TOOLS_IMAGE = "mountwarden.local/lab-tools:1"
 NODE = ImageRecipe(
     "node",
-    (*LAB_PACKAGES, "containerd", "runc", "containernetworking-plugins", "busybox-static"),
+    (*LAB_PACKAGES, "containerd", "runc", "containernetworking-plugins", "busybox-static", "socat", "tinyproxy",
+     "dnsmasq-base"),
     (*LAB_MODULES, "virtio_net", "overlay", "bridge"),
     tools_image=TOOLS_IMAGE,
     dir_env="MOUNTWARDEN_NODE_IMAGE_DIR",
@@ -45,7 +55,35 @@ PAUSE_IMAGE = "mountwarden.local/pause:lab"
 NFS_EXPORTS = ("/srv/export", "/srv/export2")
 NFS_SERVER = "127.0.0.1"
 KUBELET_LOG = "/var/log/kubelet.log"
-AGENT_LOG = "/var/log/mountwarden-agent.log"
+#: The `kubernetes` Service's ClusterIP (the first of the service range), which the pods' in-cluster clients dial.
+KUBERNETES_SERVICE_IP = "10.0.0.1"
+#: The cluster's DNS, as the kubelet tells pods: it knows the `kubernetes` Service's names (kopf dials
+#: kubernetes.default.svc) and nothing else.
+CLUSTER_DNS_IP = "10.0.0.10"
+#: Where the API server's cluster traffic enters the VM (mutual TLS, socat, in front of tinyproxy on the next port
+#: of the loopback), and the ports it may reach there: the operator's webhook and the kubelet.
+PROXY_PORT_IN_GUEST = 3128
+PROXIED_PORTS = (9443, 10250)
+#: Where the host's built images are shared in the VM (read-only), for `ctr images import`.
+GUEST_IMAGES = "/mnt/lab-images"
+
+
+#: The chart, as `dev-cluster up --real-node` installs it on the node (mountwarden's own image, imported).
+CHART = Path(__file__).resolve().parents[3] / "charts" / "mountwarden"
+CHART_RELEASE, CHART_NAMESPACE = "mountwarden", "mountwarden"
+
+
+def chart_values(image: str) -> dict:
+    """The chart's values on the real node: the imported image (no registry: never pulled), the operator's
+    replicas on this node (the kwok nodes start no container) with time to start under emulation, the agent
+    scanning every 5 s."""
+    repository, tag = image.rsplit(":", 1)
+    return {
+        "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
+        # Under TCG two replicas and the agent importing at once take minutes to start.
+        "operator": {"nodeSelector": {"kubernetes.io/hostname": NODE_NAME}, "startupSeconds": 900},
+        "agent": {"interval": 5},
+    }
 
 
 @dataclass(frozen=True)
@@ -94,6 +132,7 @@ def kubelet_config() -> str:
         "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
         "cgroupDriver": "cgroupfs", "containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
         "failSwapOn": False, "resolvConf": "/etc/resolv.conf", "clusterDomain": "cluster.local",
+        "clusterDNS": [CLUSTER_DNS_IP],
         "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": False},
                            "x509": {"clientCAFile": "/etc/kubernetes/ca.crt"}},
         "authorization": {"mode": "AlwaysAllow"},
@@ -121,10 +160,21 @@ def kubeconfig(credentials: NodeCredentials, user: str) -> str:
     }, indent=2)
 
 
-def network_args(api_port: int) -> list[str]:
-    """QEMU's user network, restricted to one forward: the guest's API server address to the host's."""
-    forward = f"guestfwd=tcp:{API_SERVER_IN_GUEST}:{API_PORT_IN_GUEST}-cmd:socat - TCP:127.0.0.1:{api_port}"
-    return ["-netdev", f"user,id=net0,restrict=on,net=10.0.2.0/24,{forward}",
+def proxy_config() -> str:
+    """tinyproxy: HTTP CONNECT to the webhook and kubelet ports, nothing else, for the TLS end on the loopback."""
+    ports = "".join(f"ConnectPort {port}\n" for port in PROXIED_PORTS)
+    return (f"Port {PROXY_PORT_IN_GUEST + 1}\nListen 127.0.0.1\nAllow 127.0.0.1\n{ports}Timeout 600\n"
+            "MaxClients 100\nLogLevel Connect\nLogFile \"/var/log/tinyproxy.log\"\nPidFile \"/run/tinyproxy.pid\"\n"
+            "DisableViaHeader Yes\n")
+
+
+def network_args(api_port: int, proxy_port: int | None = None) -> list[str]:
+    """QEMU's user network, restricted: the guest's API server address forwarded to the host's, and (with
+    ``proxy_port``) the host's loopback port of the API server's cluster egress forwarded to the proxy."""
+    forwards = [f"guestfwd=tcp:{API_SERVER_IN_GUEST}:{API_PORT_IN_GUEST}-cmd:socat - TCP:127.0.0.1:{api_port}"]
+    if proxy_port is not None:
+        forwards.append(f"hostfwd=tcp:127.0.0.1:{proxy_port}-{NODE_IP}:{PROXY_PORT_IN_GUEST}")
+    return ["-netdev", f"user,id=net0,restrict=on,net=10.0.2.0/24,{','.join(forwards)}",
             "-device", "virtio-net-pci,netdev=net0"]
 
 
@@ -137,8 +187,15 @@ class RealNode:
     credentials: NodeCredentials
     workdir: Path
     name: str = NODE_NAME
-    memory_mib: int = 2048
+    #: The chart's operator (two replicas) and agent, their image unpacked in containerd's tmpfs, and the pods.
+    memory_mib: int = 3072
     launcher: Callable[[Sequence[str], Path], object] | None = None
+    #: The host's loopback port that the API server's egress selector sends cluster traffic to.
+    proxy_port: int | None = None
+    #: The proxy's TLS: (the CA its clients' certificates must chain to, its certificate, its key).
+    proxy_tls: tuple[Path, Path, Path] | None = None
+    #: A directory of built images (mountwarden.lab.appimage's cache), shared read-only at GUEST_IMAGES.
+    images_dir: Path | None = None
     vm: LabVM | None = field(default=None, init=False)
 
     def start(self, progress: Callable[[str], None] = lambda _: None) -> LabVM:
@@ -151,40 +208,40 @@ class RealNode:
         files = {
             "containerd.toml": containerd_config(), "cni.conflist": cni_config(), "kubelet.yaml": kubelet_config(),
             "kubelet.kubeconfig": kubeconfig(self.credentials, f"system:node:{self.name}"),
+            "tinyproxy.conf": proxy_config(),
         }
         for name, text in files.items():
             (config / name).write_text(text)
         write_image(config / "pause.tar", PAUSE_IMAGE, ["/pause"], [(str(self.node_binaries / "pause"), "/pause")])
         shutil.copy2(self.credentials.ca_cert, config / "ca.crt")
-        share = f"local,path={self.node_binaries},mount_tag=lab-bin,security_model=none,readonly=on"
+        if self.proxy_tls is not None:
+            for source, name in zip(self.proxy_tls, ("proxy-ca.crt", "proxy.crt", "proxy.key"), strict=True):
+                shutil.copy2(source, config / name)
+        shares = ["-virtfs", f"local,path={self.node_binaries},mount_tag=lab-bin,security_model=none,readonly=on"]
+        if self.images_dir is not None:
+            shares += ["-virtfs", f"local,path={self.images_dir},mount_tag=lab-images,security_model=none,readonly=on"]
         self.vm = LabVM(self.image, memory_mib=self.memory_mib, workdir=self.workdir, launcher=self.launcher,
-                        extra_args=[*network_args(self.api_port), "-virtfs", share])
+                        extra_args=[*network_args(self.api_port, self.proxy_port), *shares])
         progress(f"booting the real node {self.name} (QEMU, {self.vm.accelerator})")
         self.vm.start()
         progress(f"starting the NFS server on {self.name}")
         start_nfs_server(self.vm, exports=NFS_EXPORTS)
         progress(f"starting containerd and the kubelet on {self.name}")
-        self.vm.run("mkdir -p /mnt/lab-bin && mount -t 9p -o trans=virtio,version=9p2000.L,ro lab-bin /mnt/lab-bin",
-                    timeout=60)
-        self.vm.run(["sh", f"{GUEST_DIR}/node-up.sh", self.name, NODE_IP, GATEWAY], timeout=900)
+        mounts = ["lab-bin", *(["lab-images"] if self.images_dir is not None else [])]
+        self.vm.run(" && ".join(f"mkdir -p /mnt/{tag} && mount -t 9p -o trans=virtio,version=9p2000.L,ro {tag} "
+                                f"/mnt/{tag}" for tag in mounts), timeout=60)
+        self.vm.run(["sh", f"{GUEST_DIR}/node-up.sh", self.name, NODE_IP, GATEWAY, KUBERNETES_SERVICE_IP,
+                     f"{API_SERVER_IN_GUEST}:{API_PORT_IN_GUEST}", CLUSTER_DNS_IP], timeout=900)
         return self.vm
 
-    def start_agent(self, credentials: NodeCredentials, *, interval: float = 5.0) -> None:
-        """Run mountwarden's node agent on the node, as a process beside the kubelet, from the host's code.
+    def import_image(self, archive: Path, timeout: float = 1800.0) -> str:
+        """`ctr images import` an OCI archive from ``images_dir`` into containerd's CRI namespace (no registry).
 
-        It scans the VM's live /proc and writes lab-node-0's NodeMountReport through the same forward
-        to the API server as the kubelet.
+        Returns what containerd says it imported. Pods use it with imagePullPolicy Never.
         """
-        assert self.vm is not None, "start the node first"
-        path = self.workdir / "io" / "node" / "agent.kubeconfig"
-        path.write_text(kubeconfig(credentials, "mountwarden-agent"))
-        env = " ".join(f"{name}={shlex.quote(value)}" for name, value in GUEST_PYTHON_ENV.items())
-        self.vm.run(f"{env} nohup python3 -m mountwarden agent --node-name {self.name} --proc-root /proc "
-                    f"--kubeconfig {GUEST_IO}/node/agent.kubeconfig --interval {interval} --metrics-port 0 "
-                    f"> {AGENT_LOG} 2>&1 &", timeout=60)
-
-    def agent_log(self, lines: int = 40) -> str:
-        return self._tail(AGENT_LOG, lines)
+        assert self.vm is not None and self.images_dir is not None, "start the node with images_dir first"
+        guest_path = f"{GUEST_IMAGES}/{archive.relative_to(self.images_dir)}"
+        return self.vm.run(["ctr", "-n", "k8s.io", "images", "import", guest_path], timeout=timeout).stdout
 
     def kubelet_log(self, lines: int = 40) -> str:
         return self._tail(KUBELET_LOG, lines)

@@ -2,8 +2,9 @@
 
 The real node's pause image is the pause binary of hack/nodebin; its tools image (busybox and
 sqlite3, with the shared libraries they need) is made from the node image's own Debian root
-while that image is built. Layers are uncompressed tars: the VM under TCG would spend minutes
-decompressing what it can read as it is.
+while that image is built; mountwarden's own image (mountwarden.lab.appimage) is written here too.
+Layers are uncompressed tars: the VM under TCG would spend minutes decompressing what it can read
+as it is.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import re
 import subprocess
 import tarfile
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 #: Shared libraries a file needs, as paths inside the root it comes from.
@@ -87,11 +89,74 @@ def _blob(archive: tarfile.TarFile, data: bytes) -> str:
     return digest
 
 
+def _file_blob(archive: tarfile.TarFile, path: Path) -> str:
+    """A blob from a file, read twice (its digest, then its bytes) rather than held in memory."""
+    digest = file_digest(path)
+    info = tarfile.TarInfo(f"blobs/sha256/{digest}")
+    info.size = path.stat().st_size
+    with open(path, "rb") as handle:
+        archive.addfile(info, handle)
+    return digest
+
+
+def file_digest(path: Path) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
 def _json_entry(archive: tarfile.TarFile, name: str, document: dict) -> None:
     data = json.dumps(document).encode()
     info = tarfile.TarInfo(name)
     info.size = len(data)
     archive.addfile(info, io.BytesIO(data))
+
+
+@dataclass(frozen=True)
+class WrittenImage:
+    """What identifies an image written by write_archive: its manifest's digest (what a registry and
+    containerd call the image's digest) and its config's (the image ID)."""
+
+    manifest_digest: str
+    config_digest: str
+    layer_digests: tuple[str, ...]
+
+
+def _canonical(document: dict) -> bytes:
+    """JSON with sorted keys and no spaces: the same document is always the same bytes, so the same digest."""
+    return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+
+
+def write_archive(output: Path, name: str, layers: Sequence[Path | bytes], config: dict) -> WrittenImage:
+    """Write an OCI image layout archive (`ctr images import`) of uncompressed ``layers``, bottom first.
+
+    ``config`` is the image configuration (architecture, os, config, history...); its rootfs is filled in
+    here from the layers. Blobs are written in a fixed order with fixed metadata: the same layers and config
+    always make the same archive, byte for byte.
+    """
+    with tarfile.open(output, "w", format=tarfile.PAX_FORMAT) as archive:
+        layer_digests = tuple(_blob(archive, layer) if isinstance(layer, bytes) else _file_blob(archive, layer)
+                              for layer in layers)
+        sizes = [len(layer) if isinstance(layer, bytes) else layer.stat().st_size for layer in layers]
+        config_bytes = _canonical({**config, "rootfs": {
+            "type": "layers", "diff_ids": [f"sha256:{digest}" for digest in layer_digests]}})
+        config_digest = _blob(archive, config_bytes)
+        manifest = _canonical({
+            "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                       "digest": f"sha256:{config_digest}", "size": len(config_bytes)},
+            "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": f"sha256:{digest}",
+                        "size": size} for digest, size in zip(layer_digests, sizes, strict=True)],
+        })
+        manifest_digest = _blob(archive, manifest)
+        _json_entry(archive, "index.json", {"schemaVersion": 2, "manifests": [{
+            "mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": f"sha256:{manifest_digest}",
+            "size": len(manifest), "platform": {"architecture": config["architecture"], "os": config["os"]},
+            # containerd names the imported image after this annotation.
+            "annotations": {"io.containerd.image.name": name, "org.opencontainers.image.ref.name": name},
+        }]})
+        _json_entry(archive, "oci-layout", {"imageLayoutVersion": "1.0.0"})
+    return WrittenImage(f"sha256:{manifest_digest}", f"sha256:{config_digest}",
+                        tuple(f"sha256:{digest}" for digest in layer_digests))
 
 
 def write_image(output: Path, name: str, entrypoint: Sequence[str], files: Sequence[tuple[str, str]], *,
@@ -102,27 +167,8 @@ def write_image(output: Path, name: str, entrypoint: Sequence[str], files: Seque
     ``symlinks`` adds (link, target) pairs, e.g. busybox's applets.
     """
     layer = _layer(root, files, libraries, symlinks)
-    with tarfile.open(output, "w") as archive:
-        layer_digest = _blob(archive, layer)
-        config = json.dumps({
-            "architecture": "amd64", "os": "linux",
-            "config": {"Entrypoint": list(entrypoint), "Env": ["PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"]},
-            "rootfs": {"type": "layers", "diff_ids": [f"sha256:{layer_digest}"]},
-        }).encode()
-        config_digest = _blob(archive, config)
-        manifest = json.dumps({
-            "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
-                       "digest": f"sha256:{config_digest}", "size": len(config)},
-            "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar",
-                        "digest": f"sha256:{layer_digest}", "size": len(layer)}],
-        }).encode()
-        manifest_digest = _blob(archive, manifest)
-        _json_entry(archive, "index.json", {"schemaVersion": 2, "manifests": [{
-            "mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": f"sha256:{manifest_digest}",
-            "size": len(manifest), "platform": {"architecture": "amd64", "os": "linux"},
-            # containerd names the imported image after this annotation.
-            "annotations": {"io.containerd.image.name": name, "org.opencontainers.image.ref.name": name},
-        }]})
-        _json_entry(archive, "oci-layout", {"imageLayoutVersion": "1.0.0"})
+    write_archive(output, name, [layer], {
+        "architecture": "amd64", "os": "linux",
+        "config": {"Entrypoint": list(entrypoint), "Env": ["PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"]},
+    })
     return output

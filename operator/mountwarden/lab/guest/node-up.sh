@@ -2,20 +2,39 @@
 # Make the lab VM a Kubernetes node: network, containerd and runc (Debian), the CNI plugins
 # (Debian), images made from the VM's own files, and the kubelet (built from the same source as
 # the control plane, shared in at /mnt/lab-bin). The host writes the configuration files into
-# /mnt/lab-io/node/ first. Usage: node-up.sh NODE_NAME NODE_IP GATEWAY
+# /mnt/lab-io/node/ first. Usage: node-up.sh NODE_NAME NODE_IP GATEWAY SERVICE_IP API_SERVER(host:port) DNS_IP
 set -eu
-name=$1; ip=$2; gateway=$3
+name=$1; ip=$2; gateway=$3; service_ip=$4; api_server=$5; dns_ip=$6
 config=/mnt/lab-io/node
 say() { echo "node-up: $*"; }
 
 # The only network device is QEMU's user network, restricted: nothing leaves the VM except the
-# forwarded connections to the host's API server (10.0.2.100).
+# forwarded connections to the host's API server (10.0.2.100), and nothing enters it except the API
+# server's own connections to the cluster (webhooks, kubelet logs) through the proxy below.
 ip link set eth0 up
 ip addr add "$ip/24" dev eth0
 ip route add default via "$gateway"
 hostname "$name"
 echo "$ip $name" >> /etc/hosts
 : > /etc/resolv.conf
+
+# No kube-proxy runs here: the one Service the pods need, `kubernetes` (the API server, for the chart's
+# operator and agent), is its ClusterIP on this node's loopback, forwarded to the API server by socat. The
+# cluster's DNS (the kubelet's clusterDNS) knows that Service's names and answers every other name "no such".
+ip addr add "$service_ip/32" dev lo
+socat "TCP-LISTEN:443,bind=$service_ip,fork,reuseaddr" "TCP:$api_server" > /var/log/socat-kubernetes.log 2>&1 &
+ip addr add "$dns_ip/32" dev lo
+dnsmasq --conf-file=/dev/null --no-resolv --no-hosts --no-poll --user=root --bind-interfaces --listen-address="$dns_ip" \
+  --address=/#/ --address=/kubernetes.default.svc/"$service_ip" --address=/kubernetes.default.svc.cluster.local/"$service_ip" \
+  --log-facility=/var/log/dnsmasq.log
+# The API server's way into the cluster network (its egress selector's `cluster` connection: HTTP CONNECT over
+# mutual TLS): QEMU forwards the host's loopback port to this TLS end, in front of the proxy that reaches pod IPs
+# and the kubelet from here. Only the API server's client certificate (the cluster's CA) gets through.
+if [ -f "$config/proxy.crt" ]; then
+  tinyproxy -c "$config/tinyproxy.conf"
+  socat "OPENSSL-LISTEN:3128,bind=$ip,fork,reuseaddr,cert=$config/proxy.crt,key=$config/proxy.key,cafile=$config/proxy-ca.crt,verify=1" \
+    TCP:127.0.0.1:3129 > /var/log/socat-egress.log 2>&1 &
+fi
 
 # containerd's and the kubelet's state on tmpfs of their own (overlayfs wants a real upper dir).
 for dir in /var/lib/containerd /var/lib/kubelet /run/containerd /var/log/pods /var/log/containers \
