@@ -56,6 +56,15 @@ def active_operator(kube):
     return active[0] if len(active) == 1 else None
 
 
+def scale_operator(kube, replicas: int) -> int:
+    """Scale the chart's operator Deployment (as `kubectl scale` would); returns the replicas it had."""
+    (deployment,) = kube.apps.list_namespaced_deployment(
+        CHART_NAMESPACE, label_selector="app.kubernetes.io/component=operator").items
+    kube.apps.patch_namespaced_deployment_scale(deployment.metadata.name, CHART_NAMESPACE,
+                                                {"spec": {"replicas": replicas}})
+    return deployment.spec.replicas
+
+
 def node_report(kube) -> dict | None:
     try:
         return kube.custom.get_cluster_custom_object("mountwarden.io", "v1alpha1", "nodemountreports", NODE_NAME)

@@ -16,7 +16,13 @@ import time
 import kubernetes
 import pytest
 from tests.integration.test_compliance import compliance, pod_events
-from tests.realnode.conftest import MODULE_TIMEOUT
+from tests.realnode.conftest import (
+    CHART_START_SECONDS,
+    MODULE_TIMEOUT,
+    active_operator,
+    operator_pods,
+    scale_operator,
+)
 from tests.support import profile_body, wait_for
 
 from mountwarden.lab.node import NFS_SERVER, NODE_NAME, TOOLS_IMAGE
@@ -111,11 +117,14 @@ def test_the_node_is_a_real_kubelet_on_the_lab_kernel(real_node, kube):
 
 def test_a_volume_no_profile_governs_is_audited_adopted_and_remounted_with_the_profiles_options(
         real_node, chart, kube, namespace, unique, request, cluster):
-    """Day one on a real kubelet: an in-tree NFS PV with the import's flags, of a class no profile governs, its pod
-    running; the chart's operator judges it by the baseline from the kernel's own mount; a profile adopts the class
-    and, once approved, the pod is restarted and the kernel's mountinfo shows the profile's options; the inventory
-    shows it governed and compliant. (The operator arriving after the volumes is tests/integration/test_day_one.py's
-    order; here the chart is already on the node.)"""
+    """Day one on a real kubelet: the chart's operator stopped (scaled to zero), an in-tree NFS PV with the import's
+    flags, of a class no profile governs, its pod mounted by the kubelet; then the operator back, onto a cluster
+    that already has the volume: the baseline names the flags from the kernel's own mount; a profile adopts the
+    class and, once approved, the pod is restarted and the kernel's mountinfo shows the profile's options; the
+    inventory shows it governed and compliant."""
+    replicas = scale_operator(kube, 0)
+    request.addfinalizer(lambda: scale_operator(kube, replicas))
+    wait_for(lambda: not operator_pods(kube), timeout=TIMEOUT, interval=2, what="no operator replica left")
     legacy, profile = f"legacy-nfs-{unique}", f"adopter-{unique}"
     provisioner = "k8s-sigs.io/nfs-subdir-external-provisioner"
     import_flags = ["sync", "actimeo=0", "lookupcache=none"]
@@ -129,9 +138,13 @@ def test_a_volume_no_profile_governs_is_audited_adopted_and_remounted_with_the_p
                  "template": {"metadata": {"labels": {"app": "app"}}, "spec": pod_spec(pv, pinned=False)}},
     })
     old = wait_for(lambda: running_app(kube, namespace), timeout=TIMEOUT, interval=2, what="app Running")
-    wait_for(lambda: reported(kube, old.metadata.uid), timeout=TIMEOUT, what="the agent's report of its volume")
     kernel = mountinfo_line(real_node, old.metadata.uid, pv).split()[-1].split(",")  # the superblock's options
     assert {"sync", "acregmin=0", "acregmax=0", "acdirmin=0", "acdirmax=0", "lookupcache=none"} <= set(kernel), kernel
+
+    scale_operator(kube, replicas)  # installed now, onto a cluster that already has the volume
+    wait_for(lambda: active_operator(kube), timeout=CHART_START_SECONDS, interval=5, what="an operator replica active")
+    # The agent's writes wait for the operator (its webhook on NodeMountReports fails closed).
+    wait_for(lambda: reported(kube, old.metadata.uid), timeout=TIMEOUT, what="the agent's report of its volume")
 
     (said,) = wait_for(lambda: [m for r, m in pod_events(kube, namespace, old.metadata.name) if r == "RoundTripOptions"],
                        timeout=TIMEOUT, interval=2, what="the baseline's RoundTripOptions Event on the pod")
