@@ -95,8 +95,8 @@ def choose_report_apis(report_format: ReportFormat, served: Collection[ReportApi
         why = (f"--report-format=auto and the API server serves {apis[0].api_version} reports, not "
                f"{missing[0].api_version}")
     else:
-        why = ("--report-format=auto and the API server serves both groups (--report-format="
-               f"{OPENREPORTS.format} or {WGPOLICYK8S.format} writes one)")
+        why = ("--report-format=auto and the API server serves both groups; --report-format="
+               f"{OPENREPORTS.format} or {WGPOLICYK8S.format} writes one")
     return ReportChoice(apis, why, missing if report_format != ReportFormat.AUTO or not apis else ())
 
 

@@ -85,7 +85,7 @@ def _reports_named(api: ReportApi) -> str:
 
 
 def _resources(apis: Iterable[ReportApi]) -> str:
-    return " and ".join(resource for api in apis for resource in api.resources())
+    return ", nor ".join(" and ".join(api.resources()) for api in apis)
 
 
 def _install_hint(apis: Iterable[ReportApi]) -> str:
