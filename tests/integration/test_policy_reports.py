@@ -2,12 +2,11 @@
 (hack/policyreport-crds) and openreports.io/v1alpha1 (hack/openreports-crds).
 
 Without the CRDs, `--policy-reports` costs one log line and nothing else. With only OpenReports', the default
---report-format=auto writes Reports and says why. With both, auto writes both: pods' findings appear in the
-PolicyReport and the Report of their namespace with the same results, change as the findings change, and go when
-the findings go; a profile's draining credits appear in the ClusterPolicyReport and the ClusterReport. The
-findings come from the real path: `mountwarden agent --once` over a proc root assembled from real mountstats
-samples, and moto's CloudWatch series.
-"""
+--report-format=auto writes Reports and says why. With both, a named format writes its own group alone, and auto
+writes both: pods' findings appear in the PolicyReport and the Report of their namespace with the same results,
+change as the findings change, and go when the findings go; a profile's draining credits appear in the
+ClusterPolicyReport and the ClusterReport. The findings come from the real path: `mountwarden agent --once` over
+a proc root assembled from real mountstats samples, and moto's CloudWatch series."""
 
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,8 +28,9 @@ OFF_LINE = "PolicyReports are off: the API server does not serve"
 ON_LINE = "PolicyReports on ("
 
 
-def reporting_operator(cluster, moto_endpoint: str, log_dir) -> OperatorProcess:
-    env = {**dummy_aws_environment(log_dir), "AWS_ENDPOINT_URL": moto_endpoint, "MOUNTWARDEN_POLICY_REPORTS": "true"}
+def reporting_operator(cluster, moto_endpoint: str, log_dir, report_format: str | None = None) -> OperatorProcess:
+    env = {**dummy_aws_environment(log_dir), "AWS_ENDPOINT_URL": moto_endpoint, "MOUNTWARDEN_POLICY_REPORTS": "true",
+           **({"MOUNTWARDEN_REPORT_FORMAT": report_format} if report_format else {})}
     process = OperatorProcess(str(cluster.kubeconfig), log_dir, extra_env=env)
     process.start()
     return process
@@ -153,6 +153,29 @@ def test_auto_writes_openreports_where_only_they_are_served(cluster, crds_instal
         drift = [r for r in body["results"] if r["rule"] == "OptionMismatch"]
         assert drift[0]["resources"][0]["uid"] == uid and drift[0]["policy"] == profile
         assert drift[0]["source"] == "mountwarden"
+        process.assert_running()
+        kube.delete_profile(profile)
+    finally:
+        process.stop()
+
+
+def test_a_named_format_writes_its_group_alone_where_both_are_served(cluster, crds_installed, policy_report_crds,
+                                                                      openreports_crds, kube, _moto_server_process,
+                                                                      namespace, unique, tmp_path_factory, tmp_path):
+    process = reporting_operator(cluster, _moto_server_process.endpoint_url, tmp_path_factory.mktemp("operator"),
+                                 report_format="wgpolicyk8s")
+    try:
+        line = wait_for(lambda: ON_LINE in process.logs() and only_line(process, ON_LINE), timeout=60,
+                        what="the operator to say where the reports go")
+        assert "PolicyReports on (--report-format=wgpolicyk8s)" in line and "openreports.io" not in line, line
+        profile = f"named-{unique}"
+        kube.apply_profile(profile_body(profile, "coherent", backend={"provisioner": "nfs.csi.k8s.io"}))
+        wait_for(lambda: kube.classes_of(profile), what="the profile's class")
+        drifted_pod(cluster, kube, namespace, profile, "drifted", tmp_path)
+        wait_for(lambda: (b := report(kube, namespace)) and "OptionMismatch" in {r["rule"] for r in b["results"]},
+                 timeout=90, what="the namespace's PolicyReport")
+        # Both groups' reports are written in the same pass: the PolicyReport there and no Report means none.
+        assert report(kube, namespace, OPENREPORTS) is None
         process.assert_running()
         kube.delete_profile(profile)
     finally:
