@@ -401,6 +401,7 @@ def test_the_schema_refuses_unknown_keys_and_wrong_types(helm, helm_env):
         (["--set", "logLevel=trace"], "/logLevel"),
         (["--set", "operator.replicas=0"], "/operator/replicas"),
         (["--set", "operator.aws.roleArn=my-role"], "/operator/aws/roleArn"),
+        (["--set", "policyReports.format=kyverno"], "/policyReports/format"),
     ):
         result = run_helm(helm, helm_env, "template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION, *args)
         assert result.returncode != 0 and complaint in result.stderr, (args, result.stderr)
@@ -575,11 +576,18 @@ CLIENT_CALLS = {
     "delete_cluster_custom_object": [("mountwarden.io", "networkfilesystems", "delete")],
 }
 REPORTS_NAME = "mountwarden"
-POLICY_REPORT_CALLS = [
-    (group, resource, verb, *name)
-    for group, resource in (("wgpolicyk8s.io", "policyreports"), ("wgpolicyk8s.io", "clusterpolicyreports"))
-    for verb, *name in (("list",), ("create",), ("patch", REPORTS_NAME), ("delete", REPORTS_NAME))
-]
+#: The report resources of each group policyReports.format may write (mountwarden.core.policyreport.REPORT_APIS).
+REPORT_RESOURCES = {"wgpolicyk8s": ("wgpolicyk8s.io", ("policyreports", "clusterpolicyreports")),
+                    "openreports": ("openreports.io", ("reports", "clusterreports"))}
+
+
+def policy_report_calls(*formats: str) -> list[tuple]:
+    return [(group, resource, verb, *name)
+            for group, resources in (REPORT_RESOURCES[format_] for format_ in formats) for resource in resources
+            for verb, *name in (("list",), ("create",), ("patch", REPORTS_NAME), ("delete", REPORTS_NAME))]
+
+
+POLICY_REPORT_CALLS = policy_report_calls(*REPORT_RESOURCES)
 # What kopf itself calls: peering, discovery of CRDs, Events. Watched resources come from its registry.
 KOPF_CALLS = [
     ("kopf.dev", "clusterkopfpeerings", "list"), ("kopf.dev", "clusterkopfpeerings", "watch"),
@@ -613,9 +621,10 @@ def kopf_needs() -> list[tuple]:
     return needs
 
 
-def needs(*, policy_reports: bool = False) -> list[tuple]:
+def needs(*report_formats: str) -> list[tuple]:
+    """What the operator calls; with the report groups it writes (REPORT_RESOURCES' keys), their calls too."""
     return [*KOPF_CALLS, *kopf_needs(), *(need for name in client_calls() for need in CLIENT_CALLS[name]),
-            *(POLICY_REPORT_CALLS if policy_reports else [])]
+            *policy_report_calls(*report_formats)]
 
 
 def allows(roles: list[dict], group: str, resource: str, verb: str, name: str | None = None,
@@ -657,20 +666,29 @@ def test_the_operator_is_granted_nothing_it_does_not_call(default):
 def test_policy_reports_are_opt_in_with_their_flag_and_exactly_their_rbac(default, render):
     assert "--policy-reports" not in container(find(default, "Deployment"))["args"]
     assert not any(allows(operator_roles(default), *need) for need in POLICY_REPORT_CALLS)
-    docs = render("--set", "policyReports.enabled=true")
-    subcommand, *args = container(find(docs, "Deployment"))["args"]
-    assert "--policy-reports" in args
     from mountwarden.cli import app
+    from mountwarden.core.policyreport import ReportFormat
 
-    typer.main.get_command(app).commands[subcommand].make_context(subcommand, list(args))
-    roles = operator_roles(docs)
-    missing = [need for need in needs(policy_reports=True) if not allows(roles, *need)]
-    assert not missing, f"the operator's roles lack: {missing}"
-    assert not allows(roles, "wgpolicyk8s.io", "policyreports", "delete", "someone-elses")
-    wanted = {(group, resource, verb) for group, resource, verb, *_ in needs(policy_reports=True)}
-    granted = {(group, resource, verb) for role in roles for rule in role["rules"]
-               for group in rule["apiGroups"] for resource in rule["resources"] for verb in rule["verbs"]}
-    assert granted - wanted == set()
+    # auto may write whichever group is served, so it is granted both; a named format, its own group only.
+    for report_format, groups in (("auto", ("wgpolicyk8s", "openreports")), ("both", ("wgpolicyk8s", "openreports")),
+                                  ("wgpolicyk8s", ("wgpolicyk8s",)), ("openreports", ("openreports",))):
+        values = ("--set", "policyReports.enabled=true") + (
+            ("--set", f"policyReports.format={report_format}") if report_format != "auto" else ())
+        docs = render(*values)
+        subcommand, *args = container(find(docs, "Deployment"))["args"]
+        assert "--policy-reports" in args and f"--report-format={report_format}" in args
+        context = typer.main.get_command(app).commands[subcommand].make_context(subcommand, list(args))
+        assert context.params["report_format"] == ReportFormat(report_format)
+        assert {api.format for api in ReportFormat(report_format).candidates()} == set(groups)
+        roles = operator_roles(docs)
+        missing = [need for need in needs(*groups) if not allows(roles, *need)]
+        assert not missing, f"{report_format}: the operator's roles lack: {missing}"
+        for group, resources in REPORT_RESOURCES.values():
+            assert not allows(roles, group, resources[0], "delete", "someone-elses")
+        wanted = {(group, resource, verb) for group, resource, verb, *_ in needs(*groups)}
+        granted = {(group, resource, verb) for role in roles for rule in role["rules"]
+                   for group in rule["apiGroups"] for resource in rule["resources"] for verb in rule["verbs"]}
+        assert granted - wanted == set(), f"{report_format}: granted beyond its groups"
 
 
 def test_the_baseline_is_on_by_default_and_its_value_turns_it_off(default, render):

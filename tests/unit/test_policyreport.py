@@ -1,5 +1,6 @@
-"""Findings into wgpolicyk8s.io/v1alpha2 reports (the pure part): one result per finding, in the report of the
-subject's namespace, and what to write and delete as findings come and go."""
+"""Findings into policy reports (the pure part): one result per finding, in the report of the subject's namespace,
+the same results under wgpolicyk8s.io/v1alpha2 and openreports.io/v1alpha1, which groups --report-format and the
+served CRDs choose, and what to write and delete as findings come and go."""
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -11,7 +12,12 @@ from mountwarden.core.compliance import Consumer, Verdict, VolumeState
 from mountwarden.core.findings import Finding, Reason, Severity, Subject
 from mountwarden.core.node.report import SqliteUse
 from mountwarden.core.policyreport import (
+    OPENREPORTS,
+    REPORT_APIS,
+    WGPOLICYK8S,
     PolicyReportBook,
+    ReportFormat,
+    choose_report_apis,
     compliance_findings,
     credit_findings,
     report_body,
@@ -20,7 +26,16 @@ from mountwarden.core.policyreport import (
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 GRACE = timedelta(minutes=10)
-CRDS = Path(__file__).resolve().parents[2] / "hack" / "policyreport-crds"
+HACK = Path(__file__).resolve().parents[2] / "hack"
+#: The upstream CRDs of each group, as the tests install them (hack/*-crds): file stem -> (kind, scope).
+CRDS = {WGPOLICYK8S: (HACK / "policyreport-crds", "kubernetes-sigs/wg-policy-prototypes"),
+        OPENREPORTS: (HACK / "openreports-crds", "openreports/reports-api")}
+
+
+def crd(api, cluster_wide: bool) -> dict:
+    directory, _ = CRDS[api]
+    return yaml.safe_load((directory / f"{api.group}_{api.cluster_plural if cluster_wide else api.plural}.yaml")
+                          .read_text())
 
 
 def consumer(pod="importer-0", namespace="data", volume="pv-1", node="node-a"):
@@ -90,21 +105,77 @@ def test_a_report_holds_one_result_per_finding_with_policy_rule_severity_and_sub
     assert cluster["kind"] == "ClusterPolicyReport" and "namespace" not in cluster["metadata"]
 
 
-def test_reports_use_only_fields_and_values_the_upstream_schema_allows():
-    schema = yaml.safe_load((CRDS / "wgpolicyk8s.io_clusterpolicyreports.yaml").read_text())
-    properties = schema["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
-    result_schema = properties["results"]["items"]["properties"]
+#: Result fields a group's upstream schema lacks, so that its API server prunes them: the namespaced v1alpha2
+#: PolicyReport was generated before results had a source (its ClusterPolicyReport, and OpenReports, have one).
+PRUNED = {(WGPOLICYK8S, "data"): {"source"}}
+
+
+@pytest.mark.parametrize("api", REPORT_APIS, ids=lambda api: api.format)
+def test_reports_use_only_fields_and_values_the_upstream_schema_allows(api):
     findings = [*compliance_findings("p", [drifted("a", "data", drift(), sqlite=[
         SqliteUse("uid-a", "pv-1", Severity.CRITICAL, "wal", None, "WAL")])]),
         *credit_findings("p", {"state": "Draining", "fileSystemId": "fs-1", "message": "m"})]
     for key in ("data", None):
-        body = report_body(key, [f for f in findings if report_of(f) == key], {f.identity: T0 for f in findings})
+        schema = crd(api, cluster_wide=key is None)
+        (version,) = schema["spec"]["versions"]
+        properties = version["schema"]["openAPIV3Schema"]["properties"]
+        result_schema = properties["results"]["items"]["properties"]
+        body = report_body(key, [f for f in findings if report_of(f) == key], {f.identity: T0 for f in findings}, api)
+        assert body["results"], "a report of no result proves nothing"
+        assert (body["apiVersion"], body["kind"]) == (f"{schema['spec']['group']}/{version['name']}",
+                                                      schema["spec"]["names"]["kind"])
         assert set(body) - {"apiVersion", "kind", "metadata"} <= set(properties)
         for result in body["results"]:
-            assert set(result) <= set(result_schema)
+            assert set(result) - set(result_schema) == PRUNED.get((api, key), set())
             assert result["result"] in result_schema["result"]["enum"]
             assert result["severity"] in result_schema["severity"]["enum"]
             assert all(isinstance(value, str) for value in result["properties"].values())
+
+
+def test_both_groups_hold_the_same_results_under_their_own_kinds():
+    findings = [*compliance_findings("p", [drifted("a", "data", drift())]),
+                *credit_findings("p", {"state": "Empty", "fileSystemId": "fs-1"})]
+    first_seen = {f.identity: T0 for f in findings}
+    for key, kinds in (("data", ("PolicyReport", "Report")), (None, ("ClusterPolicyReport", "ClusterReport"))):
+        mine = [f for f in findings if report_of(f) == key]
+        old, new = report_body(key, mine, first_seen, WGPOLICYK8S), report_body(key, mine, first_seen, OPENREPORTS)
+        assert (old["kind"], new["kind"]) == kinds
+        assert (old["apiVersion"], new["apiVersion"]) == ("wgpolicyk8s.io/v1alpha2", "openreports.io/v1alpha1")
+        assert old["results"] and new["results"] == old["results"]
+        assert new["summary"] == old["summary"] and new["metadata"] == old["metadata"]
+
+
+def test_a_book_plans_its_own_groups_reports():
+    book = PolicyReportBook(T0, GRACE, api=OPENREPORTS)
+    book.record("p", "credits", credit_findings("p", {"state": "Trap", "fileSystemId": "fs-1"}), T0)
+    (body,) = book.plan(T0).writes.values()
+    assert (body["apiVersion"], body["kind"]) == ("openreports.io/v1alpha1", "ClusterReport")
+
+
+@pytest.mark.parametrize(("report_format", "served", "chosen", "missing", "why"), [
+    # auto: whatever is served, both where both are; neither served: off, naming both.
+    ("auto", [WGPOLICYK8S, OPENREPORTS], [WGPOLICYK8S, OPENREPORTS], [], "serves both groups"),
+    ("auto", [OPENREPORTS], [OPENREPORTS], [], "serves openreports.io/v1alpha1 reports, not wgpolicyk8s.io/v1alpha2"),
+    ("auto", [WGPOLICYK8S], [WGPOLICYK8S], [], "serves wgpolicyk8s.io/v1alpha2 reports, not openreports.io/v1alpha1"),
+    ("auto", [], [], [WGPOLICYK8S, OPENREPORTS], "serves neither group"),
+    # A named format writes its own group only, and says when it is not served.
+    ("openreports", [WGPOLICYK8S, OPENREPORTS], [OPENREPORTS], [], "--report-format=openreports"),
+    ("wgpolicyk8s", [OPENREPORTS], [], [WGPOLICYK8S], "--report-format=wgpolicyk8s"),
+    ("both", [OPENREPORTS], [OPENREPORTS], [WGPOLICYK8S], "--report-format=both"),
+    ("both", [WGPOLICYK8S, OPENREPORTS], [WGPOLICYK8S, OPENREPORTS], [], "--report-format=both"),
+])
+def test_the_format_and_the_served_crds_choose_the_groups(report_format, served, chosen, missing, why):
+    choice = choose_report_apis(ReportFormat(report_format), served)
+    assert (list(choice.apis), list(choice.missing)) == (chosen, missing)
+    assert why in choice.why
+
+
+def test_each_format_may_write_only_its_groups():
+    assert [api.format for api in ReportFormat.AUTO.candidates()] == ["wgpolicyk8s", "openreports"]
+    assert ReportFormat.BOTH.candidates() == ReportFormat.AUTO.candidates()
+    assert ReportFormat.OPENREPORTS.candidates() == (OPENREPORTS,)
+    assert ReportFormat.WGPOLICYK8S.candidates() == (WGPOLICYK8S,)
+    assert OPENREPORTS.resources() == ["reports.openreports.io/v1alpha1", "clusterreports.openreports.io/v1alpha1"]
 
 
 def book_with(findings, now=T0, existing=()):
@@ -192,7 +263,8 @@ def test_a_write_that_failed_is_planned_again_until_it_is_confirmed():
     assert not book.plan(T0 + timedelta(seconds=90))
 
 
-SCHEMA_WORDS = {"type", "description", "properties", "items", "required", "enum", "format", "additionalProperties"}
+SCHEMA_WORDS = {"type", "description", "properties", "items", "required", "enum", "format", "additionalProperties",
+                "x-kubernetes-list-type", "x-kubernetes-map-type"}
 
 
 def schema_words_misused(node, path="") -> list[str]:
@@ -203,14 +275,17 @@ def schema_words_misused(node, path="") -> list[str]:
     return odd + [found for key, child in node.items() for found in schema_words_misused(child, f"{path}.{key}")]
 
 
-@pytest.mark.parametrize(("name", "kind", "scope"), [("policyreports", "PolicyReport", "Namespaced"),
-                                                     ("clusterpolicyreports", "ClusterPolicyReport", "Cluster")])
-def test_the_shipped_crds_are_the_v1alpha2_reports_with_a_clean_schema(name, kind, scope):
-    text = (CRDS / f"wgpolicyk8s.io_{name}.yaml").read_text()
-    assert "kubernetes-sigs/wg-policy-prototypes" in text and "at commit" in text  # where it was written from
-    crd = yaml.safe_load(text)
-    assert (crd["metadata"]["name"], crd["spec"]["names"]["kind"], crd["spec"]["scope"]) == (
-        f"{name}.wgpolicyk8s.io", kind, scope)
-    (version,) = crd["spec"]["versions"]
-    assert version["name"] == "v1alpha2" and version["served"] and version["storage"]
+@pytest.mark.parametrize(("api", "cluster_wide"), [(api, cluster_wide) for api in REPORT_APIS
+                                                   for cluster_wide in (False, True)],
+                         ids=lambda value: getattr(value, "format", None) or ("cluster" if value else "namespaced"))
+def test_the_shipped_crds_are_each_groups_reports_with_a_clean_schema(api, cluster_wide):
+    directory, upstream = CRDS[api]
+    plural, kind = (api.cluster_plural, api.cluster_kind) if cluster_wide else (api.plural, api.kind)
+    text = (directory / f"{api.group}_{plural}.yaml").read_text()
+    assert upstream in text and "at commit" in text  # where it was written from
+    definition = yaml.safe_load(text)
+    assert (definition["metadata"]["name"], definition["spec"]["names"]["kind"], definition["spec"]["scope"]) == (
+        f"{plural}.{api.group}", kind, "Cluster" if cluster_wide else "Namespaced")
+    (version,) = definition["spec"]["versions"]
+    assert version["name"] == api.version and version["served"] and version["storage"]
     assert schema_words_misused(version["schema"]["openAPIV3Schema"]) == []

@@ -13,6 +13,7 @@ from rich.markup import escape
 from mountwarden.cli._app import app
 from mountwarden.cli._output import fail, write_generated
 from mountwarden.core.node.failures import DEFAULT_STUCK_AFTER_SECONDS
+from mountwarden.core.policyreport import ReportFormat
 from mountwarden.handlers.config import WebhookMode
 
 #: Derived peering priorities fall in 1..PRIORITY_RANGE, above kopf's default of 0. An operator started by
@@ -140,9 +141,16 @@ def operator_command(
              "routes webhook requests to the active replica only.")] = None,
     policy_reports: Annotated[bool, typer.Option(
         "--policy-reports/--no-policy-reports", envvar="MOUNTWARDEN_POLICY_REPORTS",
-        help="Publish findings (drift, SQLite on NFS, shared superblocks, ignored nconnect, draining credits) as "
-             "wgpolicyk8s.io/v1alpha2 PolicyReports, one per namespace, and a ClusterPolicyReport. Needs their "
-             "CRDs (Kyverno and Policy Reporter ship them); without them the operator says so once and runs on.")] = False,
+        help="Publish findings (drift, SQLite on NFS, shared superblocks, ignored nconnect, draining credits, mount "
+             "failures) as policy reports, one per namespace and one cluster-wide, in the groups --report-format "
+             "chooses. Needs their CRDs (Kyverno, Policy Reporter or OpenReports ship them); without them the "
+             "operator says so once and runs on.")] = False,
+    report_format: Annotated[ReportFormat | None, typer.Option(
+        "--report-format", envvar="MOUNTWARDEN_REPORT_FORMAT",
+        help="With --policy-reports, where the reports go: wgpolicyk8s (wgpolicyk8s.io/v1alpha2 PolicyReports and "
+             "a ClusterPolicyReport), openreports (openreports.io/v1alpha1 Reports and a ClusterReport), both (the "
+             "same results in each), or auto: every group whose CRDs the API server serves at start-up. The log "
+             "says which were chosen and why. Default: auto.")] = None,
     baseline: Annotated[bool, typer.Option(
         "--baseline/--no-baseline", envvar="MOUNTWARDEN_BASELINE",
         help="Judge every pod volume on network storage that no StorageProfile governs against the baseline (the "
@@ -177,11 +185,15 @@ def operator_command(
             webhook_service=webhook_service, enforce_configuration=enforce_configuration, active_label=active_label,
             collect_interval=collect_interval, credit_interval=credit_interval,
             compliance_interval=compliance_interval, rollout_interval=rollout_interval,
-            report_stale_after=report_stale_after, policy_reports=policy_reports, stuck_after=stuck_after,
+            report_stale_after=report_stale_after, policy_reports=policy_reports,
+            report_format=report_format or ReportFormat.AUTO, stuck_after=stuck_after,
             failure_interval=failure_interval, baseline=baseline,
         )
     except ValueError as error:
         fail(escape(str(error)))
+    if report_format is not None and not policy_reports:
+        fail(f"--report-format={report_format} chooses where --policy-reports writes: add --policy-reports "
+             "(MOUNTWARDEN_POLICY_REPORTS=true)")
     if bool(webhook_service) != bool(enforce_configuration):
         fail("--webhook-service and --enforce-configuration go together: the deny webhooks need both")
     if active_label and not (os.environ.get("POD_NAME") and namespace):

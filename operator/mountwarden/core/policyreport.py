@@ -1,28 +1,105 @@
-"""Findings as `wgpolicyk8s.io/v1alpha2` PolicyReports, where policy tools (Policy Reporter, Kyverno's UIs) show them.
+"""Findings as policy reports, where policy tools (Policy Reporter, Kyverno's UIs) show them: the
+`wgpolicyk8s.io/v1alpha2` PolicyReports and their successor, OpenReports' `openreports.io/v1alpha1` Reports.
 
-One PolicyReport named ``mountwarden`` per namespace holds one result per finding on a pod of that namespace
-(drift, a shared superblock, an ignored nconnect, SQLite on NFS); one ClusterPolicyReport of the same name holds
-the findings on cluster-scoped subjects (a StorageProfile's draining EFS credits). Each result says: policy =
-the StorageProfile, rule = the finding's reason (the same word as the pod Event and the runbook), severity,
-and the subject.
+One report named ``mountwarden`` per namespace (a PolicyReport, or a Report) holds one result per finding on a
+pod of that namespace (drift, a shared superblock, an ignored nconnect, SQLite on NFS); one cluster-wide report
+of the same name (a ClusterPolicyReport, or a ClusterReport) holds the findings on cluster-scoped subjects (a
+StorageProfile's draining EFS credits). Each result says: policy = the StorageProfile, rule = the finding's reason
+(the same word as the pod Event and the runbook), severity, and the subject. A result is rendered once
+(``_result``), the same under either group: the two groups share the v1alpha2 result schema, and OpenReports
+only widened its severities (critical, info), which mountwarden does not use so that both say the same.
 
-`PolicyReportBook` keeps the findings of every profile and says what to write and delete so that the reports
-follow the findings; the operator's adapter does the writing. It is pure: no client, no clock of its own.
+`ReportFormat` (``--report-format``) and `choose_report_apis` say which groups the reports go to;
+`PolicyReportBook` keeps the findings of every profile and says what to write and delete so that one group's
+reports follow the findings; the operator's adapter does the writing. It is pure: no client, no clock of its own.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import StrEnum
 
 from mountwarden.core.compliance import Verdict
 from mountwarden.core.findings import Finding, Reason, Severity, Subject
 
-API_GROUP = "wgpolicyk8s.io"
-API_VERSION = "v1alpha2"
+
+@dataclass(frozen=True)
+class ReportApi:
+    """One API group of policy reports: its version, and its namespaced and cluster-wide kinds."""
+
+    #: Its word in ``--report-format``.
+    format: str
+    group: str
+    version: str
+    kind: str
+    plural: str
+    cluster_kind: str
+    cluster_plural: str
+    #: Who installs its CRDs (mountwarden never does: a cluster has one owner of them).
+    shipped_by: str
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+    def resources(self) -> list[str]:
+        """Its two resources as `kubectl api-resources` and the log name them."""
+        return [f"{plural}.{self.api_version}" for plural in (self.plural, self.cluster_plural)]
+
+
+WGPOLICYK8S = ReportApi("wgpolicyk8s", "wgpolicyk8s.io", "v1alpha2", "PolicyReport", "policyreports",
+                        "ClusterPolicyReport", "clusterpolicyreports", "Kyverno and Policy Reporter ship them")
+OPENREPORTS = ReportApi("openreports", "openreports.io", "v1alpha1", "Report", "reports",
+                        "ClusterReport", "clusterreports", "github.com/openreports/reports-api ships them")
+REPORT_APIS = (WGPOLICYK8S, OPENREPORTS)
+
+
+class ReportFormat(StrEnum):
+    """Which groups the reports go to (``--report-format``, the chart's policyReports.format)."""
+
+    AUTO = "auto"  # every group whose CRDs the API server serves at start-up
+    WGPOLICYK8S = "wgpolicyk8s"
+    OPENREPORTS = "openreports"
+    BOTH = "both"
+
+    def candidates(self) -> tuple[ReportApi, ...]:
+        """The groups this format may write (the chart grants exactly these)."""
+        return tuple(api for api in REPORT_APIS if self in (ReportFormat.AUTO, ReportFormat.BOTH, api.format))
+
+
+@dataclass(frozen=True)
+class ReportChoice:
+    """The groups the reports go to, why (one sentence for the log), and what was asked for but is not served."""
+
+    apis: tuple[ReportApi, ...]
+    why: str
+    missing: tuple[ReportApi, ...]
+
+
+def choose_report_apis(report_format: ReportFormat, served: Collection[ReportApi]) -> ReportChoice:
+    """The groups to write, from the format and the groups whose two CRDs the API server serves: auto takes
+    every one served (both where both are, so that no reader of either loses its reports); a named format takes
+    its own where served and says which are missing."""
+    wanted = report_format.candidates()
+    apis = tuple(api for api in wanted if api in served)
+    missing = tuple(api for api in wanted if api not in served)
+    if report_format != ReportFormat.AUTO:
+        why = f"--report-format={report_format}"
+    elif not apis:
+        why = "--report-format=auto and the API server serves neither group"
+    elif missing:
+        why = (f"--report-format=auto and the API server serves {apis[0].api_version} reports, not "
+               f"{missing[0].api_version}")
+    else:
+        why = ("--report-format=auto and the API server serves both groups; --report-format="
+               f"{OPENREPORTS.format} or {WGPOLICYK8S.format} writes one")
+    return ReportChoice(apis, why, missing if report_format != ReportFormat.AUTO or not apis else ())
+
+
 #: Every report mountwarden writes has this name (one per namespace, one cluster-wide) and these labels.
 REPORT_NAME = "mountwarden"
 LABELS = {"app.kubernetes.io/managed-by": "mountwarden"}
@@ -39,7 +116,7 @@ _CREDIT_FINDINGS = {"Draining": (Reason.CREDITS_DRAINING, Severity.WARNING),
                     "Empty": (Reason.CREDITS_EMPTY, Severity.ERROR),
                     "Trap": (Reason.CREDITS_TRAP, Severity.ERROR)}
 
-#: Which report a finding goes to: its subject's namespace, or None for the ClusterPolicyReport.
+#: Which report a finding goes to: its subject's namespace, or None for the cluster-wide one.
 ReportKey = str | None
 
 
@@ -92,8 +169,10 @@ def _result(finding: Finding, found_at: datetime) -> dict:
     }
 
 
-def report_body(key: ReportKey, findings: Sequence[Finding], first_seen: Mapping[tuple, datetime]) -> dict:
-    """One PolicyReport (key: its namespace) or the ClusterPolicyReport (key None), results in a stable order."""
+def report_body(key: ReportKey, findings: Sequence[Finding], first_seen: Mapping[tuple, datetime],
+                api: ReportApi = WGPOLICYK8S) -> dict:
+    """One group's report of a namespace (key: its namespace) or its cluster-wide one (key None), results in a
+    stable order."""
     ordered = sorted(findings, key=lambda f: (f.profile or "", f.subject.namespace or "" if f.subject else "",
                                               f.subject.name if f.subject else "", f.reason,
                                               f.evidence.get("volume", ""), f.evidence.get("option", "")))
@@ -103,8 +182,8 @@ def report_body(key: ReportKey, findings: Sequence[Finding], first_seen: Mapping
     if key is not None:
         metadata["namespace"] = key
     return {
-        "apiVersion": f"{API_GROUP}/{API_VERSION}",
-        "kind": "PolicyReport" if key is not None else "ClusterPolicyReport",
+        "apiVersion": api.api_version,
+        "kind": api.kind if key is not None else api.cluster_kind,
         "metadata": metadata,
         "summary": {outcome: counts.get(outcome, 0) for outcome in ("pass", "fail", "warn", "error", "skip")},
         "results": results,
@@ -123,7 +202,7 @@ class ReportPlan:
 
 
 class PolicyReportBook:
-    """The findings of every profile, by source (compliance, credits), and what the reports hold.
+    """The findings of every profile, by source (compliance, credits), and what one group's reports hold.
 
     Only the reports a change touches are rebuilt, and each stays due until its write or delete is confirmed
     (`written`, `deleted`), so a failed write is retried by the next plan. Reports left by an earlier run of
@@ -132,7 +211,9 @@ class PolicyReportBook:
     it flicker.
     """
 
-    def __init__(self, started_at: datetime, grace: timedelta, existing: Iterable[ReportKey] = ()) -> None:
+    def __init__(self, started_at: datetime, grace: timedelta, existing: Iterable[ReportKey] = (),
+                 api: ReportApi = WGPOLICYK8S) -> None:
+        self.api = api
         self._findings: dict[tuple[str, str], tuple[Finding, ...]] = {}
         self._by_report: dict[ReportKey, dict[tuple[str, str], list[Finding]]] = {}
         self._first_seen: dict[tuple, datetime] = {}
@@ -174,7 +255,7 @@ class PolicyReportBook:
         for key in list(self._due):
             findings = [finding for group in self._by_report.get(key, {}).values() for finding in group]
             if findings:
-                body = report_body(key, findings, self._first_seen)
+                body = report_body(key, findings, self._first_seen, self.api)
                 if self._written.get(key) != _fingerprint(body):
                     writes[key] = body
                     continue

@@ -7,6 +7,7 @@ from enum import StrEnum
 from mountwarden.adapters.webhookconfig import parse_service
 from mountwarden.core.admission import service_account_username
 from mountwarden.core.node.failures import DEFAULT_STUCK_AFTER_SECONDS
+from mountwarden.core.policyreport import ReportFormat
 
 
 class WebhookMode(StrEnum):
@@ -52,8 +53,10 @@ class OperatorConfig:
     rollout_interval: float = 30.0
     #: A report older than this proves nothing: the agent heartbeats every 5 minutes.
     report_stale_after: float = 900.0
-    #: Publish findings as wgpolicyk8s.io PolicyReports (when their CRDs are served).
+    #: Publish findings as policy reports (when their CRDs are served).
     policy_reports: bool = False
+    #: Which groups: wgpolicyk8s.io PolicyReports, openreports.io Reports, both, or those served (auto).
+    report_format: ReportFormat = ReportFormat.AUTO
     #: Seconds past a deleted pod's deadline (StuckTerminating), or with its pod gone (OrphanedMount), that a
     #: mount left behind must last to be a finding.
     stuck_after: float = DEFAULT_STUCK_AFTER_SECONDS

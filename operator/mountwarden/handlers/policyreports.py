@@ -1,10 +1,12 @@
-"""PolicyReports on (`mountwarden operator --policy-reports`, the chart's policyReports.enabled): find the report
-CRDs at start-up, or say in one line that they are missing and carry on without; write what the findings say;
-follow profiles' deletion.
+"""PolicyReports on (`mountwarden operator --policy-reports`, the chart's policyReports.enabled): choose the report
+groups at start-up from --report-format and the API server's discovery (wgpolicyk8s.io, openreports.io or both) and
+say in one line which and why, or that none is served and the operator carries on without; write what the
+findings say under each group; follow profiles' deletion.
 
 Registered only when asked for (`register` does nothing otherwise). The findings reach the publisher through
-mountwarden.handlers.findings; the core builds the reports (mountwarden.core.policyreport), the adapter writes
-them (mountwarden.adapters.policyreports). A report that cannot be written now is written at the next check: the
+mountwarden.handlers.findings; the core builds the reports (mountwarden.core.policyreport), one book per group so
+that each group's reports follow the findings on their own, and the adapter writes them
+(mountwarden.adapters.policyreports). A report that cannot be written now is written at the next check: the
 findings themselves are in status and Events already.
 """
 
@@ -21,7 +23,7 @@ from mountwarden.adapters.policyreports import PolicyReports
 from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.storageprofile import PLURAL
 from mountwarden.core.findings import Finding
-from mountwarden.core.policyreport import PolicyReportBook
+from mountwarden.core.policyreport import PolicyReportBook, ReportApi, choose_report_apis
 from mountwarden.handlers.config import OperatorConfig
 from mountwarden.handlers.context import OperatorContext
 from mountwarden.handlers.credits import watched_file_system
@@ -32,41 +34,45 @@ log = logging.getLogger("mountwarden.policyreports")
 
 
 class PolicyReportPublisher:
-    """The book of findings and the API, under one lock: handlers of several profiles run at once."""
+    """The books of findings (one per report group) and the API, under one lock: handlers of several profiles
+    run at once."""
 
-    def __init__(self, reports: PolicyReports, book: PolicyReportBook) -> None:
-        self.reports = reports
-        self.book = book
+    def __init__(self, outlets: Iterable[tuple[PolicyReports, PolicyReportBook]]) -> None:
+        self.outlets = list(outlets)
         self._lock = threading.Lock()
 
     def record(self, profile: str, source: str, findings: Iterable[Finding]) -> None:
-        now = datetime.now(UTC)
+        now, findings = datetime.now(UTC), tuple(findings)
         with self._lock:
-            self.book.record(profile, source, findings, now)
-            self._sync(now)
+            for reports, book in self.outlets:
+                book.record(profile, source, findings, now)
+                _sync(reports, book, now)
 
     def forget(self, profile: str) -> None:
         now = datetime.now(UTC)
         with self._lock:
-            self.book.forget(profile, now)
-            self._sync(now)
+            for reports, book in self.outlets:
+                book.forget(profile, now)
+                _sync(reports, book, now)
 
-    def _sync(self, now: datetime) -> None:
-        plan = self.book.plan(now)
-        for key, body in plan.writes.items():
-            try:
-                self.reports.write(key, body)
-                self.book.written(key, body)
-            except (ApiException, TransientApiError) as error:
-                log.warning(f"could not write the {body['kind']} of {key or 'the cluster'} (retried at the next "
-                            f"check): {getattr(error, 'reason', None) or error}")
-        for key in plan.deletes:
-            try:
-                self.reports.delete(key)
-                self.book.deleted(key)
-            except (ApiException, TransientApiError) as error:
-                log.warning(f"could not delete the policy report of {key or 'the cluster'} (retried at the next "
-                            f"check): {getattr(error, 'reason', None) or error}")
+
+def _sync(reports: PolicyReports, book: PolicyReportBook, now: datetime) -> None:
+    plan = book.plan(now)
+    for key, body in plan.writes.items():
+        try:
+            reports.write(key, body)
+            book.written(key, body)
+        except (ApiException, TransientApiError) as error:
+            log.warning(f"could not write the {body['kind']} of {key or 'the cluster'} (retried at the next "
+                        f"check): {getattr(error, 'reason', None) or error}")
+    for key in plan.deletes:
+        try:
+            reports.delete(key)
+            book.deleted(key)
+        except (ApiException, TransientApiError) as error:
+            kind = reports.api.kind if key is not None else reports.api.cluster_kind
+            log.warning(f"could not delete the {kind} of {key or 'the cluster'} (retried at the next check): "
+                        f"{getattr(error, 'reason', None) or error}")
 
 
 def grace(config: OperatorConfig) -> timedelta:
@@ -74,24 +80,52 @@ def grace(config: OperatorConfig) -> timedelta:
     return timedelta(seconds=2 * max(config.compliance_interval, config.credit_interval))
 
 
+def _reports_named(api: ReportApi) -> str:
+    return f"the {api.kind} 'mountwarden' of each namespace and the {api.cluster_kind} 'mountwarden' ({api.api_version})"
+
+
+def _resources(apis: Iterable[ReportApi]) -> str:
+    return ", nor ".join(" and ".join(api.resources()) for api in apis)
+
+
+def _install_hint(apis: Iterable[ReportApi]) -> str:
+    return " or ".join(f"the {api.group} {api.version} CRDs ({api.shipped_by})" for api in apis)
+
+
 @retry_transient
 def start_policy_reports(memo: OperatorContext, **_) -> None:
-    reports = PolicyReports(memo.kube_client)
+    candidates = {api: PolicyReports(memo.kube_client, api) for api in memo.config.report_format.candidates()}
     try:
-        missing = reports.missing_resources()
-        existing = [] if missing else reports.existing()
-    except ApiException as error:  # e.g. 403: the role lacks the report rules (the chart's policyReports.enabled)
-        log.warning(f"PolicyReports are off: reading them failed ({error.status} {error.reason}); the operator "
-                    "needs list, create, patch and delete on policyreports and clusterpolicyreports.wgpolicyk8s.io.")
+        served = [api for api, reports in candidates.items() if reports.served()]
+    except ApiException as error:
+        log.warning(f"PolicyReports are off: reading the API server's discovery failed ({error.status} "
+                    f"{error.reason})")
         return
-    if missing:
-        log.warning(f"PolicyReports are off: the API server does not serve {' and '.join(missing)}. Install the "
-                    "wgpolicyk8s.io v1alpha2 CRDs (Kyverno and Policy Reporter ship them) and restart the operator.")
+    choice = choose_report_apis(memo.config.report_format, served)
+    if not choice.apis:
+        log.warning(f"PolicyReports are off: the API server does not serve {_resources(choice.missing)} "
+                    f"({choice.why}). Install {_install_hint(choice.missing)} and restart the operator.")
         return
-    book = PolicyReportBook(datetime.now(UTC), grace(memo.config), existing)
-    memo.policy_reports = PolicyReportPublisher(reports, book)
-    log.info("PolicyReports on: findings go to the PolicyReport 'mountwarden' of each namespace and the "
-             "ClusterPolicyReport 'mountwarden'")
+    if choice.missing:
+        log.warning(f"PolicyReports: none in {' or '.join(api.api_version for api in choice.missing)}: the API "
+                    f"server does not serve {_resources(choice.missing)} ({choice.why}). Install "
+                    f"{_install_hint(choice.missing)} and restart the operator.")
+    outlets = []
+    for api in choice.apis:
+        reports = candidates[api]
+        try:
+            existing = reports.existing()
+        except ApiException as error:  # e.g. 403: the role lacks the report rules (the chart's policyReports)
+            log.warning(f"PolicyReports: no reports in {api.api_version}: reading them failed ({error.status} "
+                        f"{error.reason}); the operator needs list, create, patch and delete on "
+                        f"{_resources([api])}.")
+            continue
+        outlets.append((reports, PolicyReportBook(datetime.now(UTC), grace(memo.config), existing, api)))
+    if not outlets:
+        return
+    memo.policy_reports = PolicyReportPublisher(outlets)
+    log.info(f"PolicyReports on ({choice.why}): findings go to "
+             f"{'; and to '.join(_reports_named(reports.api) for reports, _ in outlets)}")
 
 
 def follow_profile(name: str, type: str, spec: kopf.Spec, memo: OperatorContext, **_) -> None:
