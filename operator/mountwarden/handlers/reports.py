@@ -5,6 +5,7 @@ contracts) and the pods' placements (mountwarden.adapters.pods); the API is touc
 to post Events and to write a profile's status when its compliance changed.
 """
 
+import collections
 import logging
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
@@ -93,6 +94,8 @@ def assess_compliance(
     if not current or (current["status"], current["reason"]) != (state, reason):
         log.info("StorageProfile %s: Compliant %s (%s): %s", name, state, reason, message)
     metrics.record_compliance(name, compliance.counts(), compliance.sqlite_databases)
+    metrics.record_unverified(name, collections.Counter((v.consumer.node or "", v.reason) for v in compliance.verdicts
+                                                        if v.state is VolumeState.UNKNOWN))
     findings.publish(memo, name, findings.COMPLIANCE, compliance_findings(name, compliance.verdicts))
 
 
