@@ -6,8 +6,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from mountwarden.agent.activity import VolumeActivity
 from mountwarden.agent.metrics import SERIES_PER_VOLUME, AgentMetrics, operation_rates
-from mountwarden.agent.scan import MAX_REPORTED_OPERATIONS
 from mountwarden.agent.report import WriteOutcome
+from mountwarden.agent.scan import MAX_REPORTED_OPERATIONS
 from mountwarden.core.node.activity import Activity, ProcessSamples
 from mountwarden.core.node.kubelet import KubeletPlugin
 from mountwarden.core.node.scan import NodeScan, NodeVolume, OperationTotals, OptionsSource
