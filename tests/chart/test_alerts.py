@@ -298,3 +298,12 @@ def test_no_alert_fires_on_a_healthy_clusters_series(alerts, promtool, rules_fil
     test["input_series"].append({"series": finding("SQLiteOnNFS", "critical"), "values": "1x180"})
     fired = run_promtool(promtool, rules_file, [test])
     assert fired.returncode != 0 and "SQLiteOnNFS" in fired.stdout + fired.stderr, fired.stdout
+
+
+def test_the_dashboard_shows_every_metric_an_alert_reads(alerts):
+    from tests.unit.test_dashboard import dashboard_expressions
+
+    shown = {name for _, expression in dashboard_expressions() for name in metric_names(expression)}
+    read = {name for alert in alerts.values() for name in metric_names(alert["expr"])}
+    assert read, "no alert reads a metric"
+    assert read <= shown, f"alerts read {sorted(read - shown)}, which no panel of dashboards/mountwarden.json shows"
