@@ -270,7 +270,8 @@ def test_each_alert_fires_naming_its_object_once_its_for_has_passed(name, alerts
 
 
 # A healthy cluster, with the near misses: credits Healthy at a PercentIOLimit under 90, drift only while its
-# rollout progresses, a volume not scheduled yet, a completed rollout, nothing over any cap.
+# rollout progresses, a volume not scheduled yet, volumes on a Fargate node (no agent can run there), a completed
+# rollout, a rollout waiting on a workload at zero replicas, nothing over any cap.
 HEALTHY = [
     (selector("mountwarden_credit_time_to_empty_seconds", **FS_LABELS), "86400"), *credit_state("Healthy"),
     (selector("mountwarden_credit_percent_io_limit", **FS_LABELS), "89"),
@@ -281,6 +282,7 @@ HEALTHY = [
     (selector("mountwarden_rollout_workloads_held", profile="rolling", namespace=NS, workload=WORKLOAD,
               state="Waiting", reason="ScaledToZero"), "1"),
     (selector("mountwarden_unverified_volumes", profile=PROFILE, node="", reason="NotScheduled"), "1"),
+    (selector("mountwarden_unverified_volumes", profile=PROFILE, node="fargate-ip-10-0-1-7", reason="NoAgent"), "2"),
     (selector("mountwarden_agent_volumes_over_cap", namespace=NAMESPACE, pod=AGENT_POD), "0"),
     (selector("mountwarden_findings_over_cap", namespace=NAMESPACE, pod=OPERATOR_POD), "0"),
 ]

@@ -266,8 +266,8 @@ POSTED_FINDINGS = Gauge("mountwarden_posted_findings",
 
 UNVERIFIED_VOLUMES = Gauge(
     "mountwarden_unverified_volumes", "Pod volumes of a profile whose node's report cannot confirm them, by node and "
-    "why: ReportMissing (no report: no agent runs there), ReportStale (the agent stopped writing), NotMounted, "
-    "NotScheduled (node empty)", ("profile", "node", "reason"))
+    "why: ReportMissing (no report: no agent runs there), NoAgent (a node where no agent can run: Fargate, "
+    "virtual nodes), ReportStale (the agent stopped writing), NotMounted, NotScheduled (node empty)", ("profile", "node", "reason"))
 _unverified_series: dict[str, set[tuple[str, ...]]] = {}
 
 

@@ -5,7 +5,6 @@ contracts) and the pods' placements (mountwarden.adapters.pods); the API is touc
 to post Events and to write a profile's status when its compliance changed.
 """
 
-import collections
 import logging
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
@@ -94,8 +93,7 @@ def assess_compliance(
     if not current or (current["status"], current["reason"]) != (state, reason):
         log.info("StorageProfile %s: Compliant %s (%s): %s", name, state, reason, message)
     metrics.record_compliance(name, compliance.counts(), compliance.sqlite_databases)
-    metrics.record_unverified(name, collections.Counter((v.consumer.node or "", v.reason) for v in compliance.verdicts
-                                                        if v.state is VolumeState.UNKNOWN))
+    metrics.record_unverified(name, compliance.unverified(no_agent))
     findings.publish(memo, name, findings.COMPLIANCE, compliance_findings(name, compliance.verdicts))
 
 
