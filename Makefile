@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 LOCK := requirements/dev.txt
 UV_VERSION := 0.13.9
 
-.PHONY: node image image-lock help venv lock testbin lab kernel-facts lint crds docs test unit integration run bench chart clean
+.PHONY: node image image-lock help venv lock testbin lab kernel-facts lint crds docs test unit integration run bench chart clean promtool
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -31,6 +31,9 @@ lock: ## Re-resolve requirements/*.txt from pyproject.toml (uv, hashes); commit 
 
 testbin: ## Build etcd, the Kubernetes control plane, kwok and helm from source (cached outside the checkout)
 	hack/testbin/build.sh >/dev/null
+
+promtool: ## Fetch promtool from Debian's prometheus package, for the chart's alert tests (cached outside the checkout)
+	hack/promtool/build.sh >/dev/null
 
 lab: venv ## Build the kernel lab image (Debian kernel + NFS server and client for QEMU; cached outside the checkout)
 	hack/lab/build.sh >/dev/null
@@ -71,12 +74,13 @@ lint: venv ## ruff, the import-layer contracts, tests that cannot fail (hack/wea
 # either way: no cluster has a kernel to spare for them.
 ifeq ($(MOUNTWARDEN_TEST_CLUSTER),existing)
 TEST_NEEDS := venv lab image lint
-TEST_ENV = MOUNTWARDEN_LAB_DIR=$$(hack/lab/build.sh) MOUNTWARDEN_IMAGE_DIR=$$(hack/image/build.sh)
+TEST_ENV = MOUNTWARDEN_LAB_DIR=$$(hack/lab/build.sh) MOUNTWARDEN_IMAGE_DIR=$$(hack/image/build.sh) \
+	MOUNTWARDEN_PROMTOOL_DIR=$$(hack/promtool/build.sh)
 else
 TEST_NEEDS := venv testbin lab node image lint
 TEST_ENV = MOUNTWARDEN_TESTBIN_DIR=$$(hack/testbin/build.sh) MOUNTWARDEN_LAB_DIR=$$(hack/lab/build.sh) \
 	MOUNTWARDEN_NODE_IMAGE_DIR=$$(hack/lab/build.sh node) MOUNTWARDEN_NODEBIN_DIR=$$(hack/nodebin/build.sh) \
-	MOUNTWARDEN_IMAGE_DIR=$$(hack/image/build.sh)
+	MOUNTWARDEN_IMAGE_DIR=$$(hack/image/build.sh) MOUNTWARDEN_PROMTOOL_DIR=$$(hack/promtool/build.sh)
 endif
 test: $(TEST_NEEDS) ## Lint and run the whole suite: a real control plane (local, or KUBECONFIG's: see README), a real kernel in QEMU
 	$(TEST_ENV) $(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -78,6 +78,19 @@ def operator_metric_labels() -> dict[str, tuple[str, ...]]:
             for family in collector.describe() if family.name.startswith("mountwarden_")}
 
 
+def agent_metric_labels() -> dict[str, tuple[str, ...]]:
+    """Every metric an agent exports (its family name) and its label names; its per-volume collectors name their
+    labels in LABELS."""
+    from mountwarden.agent.metrics import AgentMetrics
+
+    registry = AgentMetrics("node").registry
+    labels = {name: tuple(collector._labelnames) for collector, names in registry._collector_to_names.items()
+              if hasattr(collector, "_labelnames") for name in names}
+    labels.update({family.name: tuple(collector.LABELS) for collector in registry._collector_to_names
+                   if hasattr(collector, "LABELS") for family in collector.collect()})
+    return {name: names for name, names in labels.items() if name.startswith("mountwarden_")}
+
+
 def exported_series() -> set[str]:
     """Every series name the operator and the agent export, with the suffixes Prometheus sees."""
     from prometheus_client import REGISTRY

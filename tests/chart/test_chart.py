@@ -22,7 +22,6 @@ import typer
 import yaml
 from cryptography import x509
 from cryptography.x509.oid import ExtensionOID
-from tests.promql import metric_names, operator_metric_labels, selector_labels
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "mountwarden"
@@ -746,7 +745,9 @@ def test_metrics_services_and_optional_service_monitors(default, render):
     for component in ("operator", "agent"):
         monitor = find(docs, "ServiceMonitor", f"{FULLNAME}-{component}")
         assert monitor["metadata"]["labels"]["release"] == "prom"
-        assert monitor["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "1m"}]
+        # honorLabels: a series' own namespace label (its pod's, which alerts name) is kept, not the target's.
+        assert monitor["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "1m",
+                                                 "honorLabels": True}]
         service = find(docs, "Service", f"{FULLNAME}-{component}-metrics")
         assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
 
@@ -756,53 +757,3 @@ def test_the_dashboard_ships_in_a_configmap_for_grafanas_sidecar(render):
     assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(configmap["data"]["mountwarden.json"]) == json.loads(
         (CHART / "dashboards" / "mountwarden.json").read_text())
-
-
-# -- alerts ---------------------------------------------------------------------------------------------------
-
-
-def runbook_anchors() -> set[str]:
-    """GitHub's anchors of docs/runbook.md's headings: lower case, punctuation dropped, spaces to hyphens."""
-    headings = re.findall(r"^#+\s+(.+)$", (ROOT / "docs" / "runbook.md").read_text(), flags=re.MULTILINE)
-    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-") for heading in headings}
-
-
-def test_the_prometheus_rule_is_optional(default):
-    assert not [d for d in default if d["kind"] == "PrometheusRule"]
-
-
-def test_the_alerts_read_metrics_the_operator_exports_and_link_runbook_sections_that_exist(render):
-    from mountwarden.core.credits import CreditState
-
-    docs = render("--set", "metrics.prometheusRule.enabled=true", "--set", "metrics.prometheusRule.labels.release=prom",
-                  "--set", "metrics.prometheusRule.runbookUrl=https://docs.example.com/runbook.md")
-    rule = find(docs, "PrometheusRule", FULLNAME)
-    assert rule["metadata"]["namespace"] == NAMESPACE and rule["metadata"]["labels"]["release"] == "prom"
-    alerts = {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"]}
-    credits = {"EfsBurstCreditsDraining", "EfsBurstCreditTrap", "EfsPercentIOLimitHigh"}
-    failures = {"NfsServerNotResponding", "EfsTlsTunnelDown", "NfsStaleFileHandle", "NfsPodStuckTerminating",
-                "NfsMountHelperStuck", "NfsOrphanedMount"}
-    assert set(alerts) == credits | failures
-
-    exported, anchors = operator_metric_labels(), runbook_anchors()
-    states = {state.value for state in CreditState}
-    for name, alert in alerts.items():
-        metrics, labels = metric_names(alert["expr"]), selector_labels(alert["expr"])
-        assert metrics and metrics <= set(exported), (name, metrics - set(exported))
-        for metric, used in labels.items():
-            known = set().union(*(exported[m] for m in metrics)) if metric == "" else set(exported[metric])
-            assert used <= known, (name, metric, used - known)
-        for state in re.findall(r'state="([^"]*)"', alert["expr"]):
-            assert state in states, (name, state)
-        url = alert["annotations"]["runbook_url"]
-        assert url.startswith("https://docs.example.com/runbook.md#") and url.split("#", 1)[1] in anchors, url
-        assert alert["labels"]["severity"] in ("warning", "critical")
-        # Prometheus, not Helm, fills the alert's own templates.
-        label = "file_system_id" if name in credits else "node"
-        assert f"{{{{ $labels.{label} }}}}" in alert["annotations"]["summary"]
-    assert "mountwarden_credit_percent_io_limit" in alerts["EfsPercentIOLimitHigh"]["expr"]
-    from mountwarden.core.findings import FAILURE_REASONS
-
-    reasons = {reason for name in failures for reason in re.findall(r'reason="([^"]*)"', alerts[name]["expr"])}
-    assert reasons == {str(reason) for reason in FAILURE_REASONS}  # one alert for each way a mount breaks
-    assert ">= 90" in alerts["EfsPercentIOLimitHigh"]["expr"]

@@ -235,3 +235,7 @@ def test_a_pod_on_a_fargate_node_has_no_report_and_the_status_says_why(cluster, 
     [offender] = status["worstOffenders"]
     assert offender["reason"] == "ReportMissing" and offender["node"] == node
     assert "EKS Fargate node" in offender["message"] and "is the mountwarden agent running" not in offender["message"]
+    # Counted apart from a report a person should look for: NodeReportMissing reads ReportMissing only.
+    unverified = {labels: value for (metric, labels), value in scrape(operator.metrics_port).items()
+                  if metric == "mountwarden_unverified_volumes" and ("profile", name) in labels}
+    assert unverified == {(("node", node), ("profile", name), ("reason", "NoAgent")): 1}

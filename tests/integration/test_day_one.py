@@ -250,8 +250,11 @@ def test_the_baseline_finds_the_hazards_and_says_them_as_every_finding(day_one):
     rules = {(r["policy"], r["rule"]) for r in body["results"]}
     assert {(BASELINE, "RoundTripOptions"), (BASELINE, "MissingNoresvport"), (BASELINE, "LocalLocksAcrossNodes")} <= rules
     samples = scrape(world.operator.metrics_port)
-    assert samples[("mountwarden_findings", (("profile", BASELINE), ("reason", "LocalLocksAcrossNodes"),
-                                             ("severity", "error"), ("source", "baseline")))] == 2
+    # One series per workload (its Deployment, not the ReplicaSet), in the pods' namespace: what the alerts name.
+    for app in ("nas-a", "nas-b"):
+        assert samples[("mountwarden_findings", (("namespace", world.namespace), ("profile", BASELINE),
+                                                 ("reason", "LocalLocksAcrossNodes"), ("severity", "error"),
+                                                 ("source", "baseline"), ("workload", f"Deployment/{app}")))] == 1
     assert samples[("mountwarden_network_volumes", (("file_system", world.efs_id), ("governance", "ungoverned")))] == 2
 
 

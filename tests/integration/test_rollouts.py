@@ -24,7 +24,7 @@ import kubernetes.watch
 import pytest
 import yaml
 from tests.nodesim import NodeSimulator
-from tests.support import GROUP, VERSION, Kube, profile_body, wait_for
+from tests.support import GROUP, VERSION, Kube, profile_body, scrape, wait_for
 
 from mountwarden.core.options.normalize import normalize, with_kernel_defaults
 
@@ -487,7 +487,7 @@ def test_stale_replicas_are_evicted_one_at_a_time_until_the_remounts_run_out_the
     assert len(pods) == 3 and all(case.mounts(pod, STAGING_TIMEO_300) for pod in pods)
 
 
-def test_a_disruption_budget_that_refuses_leaves_the_workload_waiting_and_names_it(scenario):
+def test_a_disruption_budget_that_refuses_leaves_the_workload_waiting_and_names_it(scenario, rollout_operator):
     case = scenario
     policy = kubernetes.client.PolicyV1Api(case.kube.client)
     policy.create_namespaced_pod_disruption_budget(case.namespace, {
@@ -510,6 +510,12 @@ def test_a_disruption_budget_that_refuses_leaves_the_workload_waiting_and_names_
     time.sleep(5)  # several ticks: still there, still the same replica
     assert [p.metadata.uid for p in case.pods("app")] == [kept.metadata.uid]
     assert case.rollout()["phase"] == "Waiting"
+    # What the alert RolloutWaitingOnDisruptionBudget reads, naming the workload.
+    samples = scrape(rollout_operator.metrics_port)
+    assert samples[("mountwarden_rollout_phase", (("phase", "Waiting"), ("profile", case.profile)))] == 1
+    assert samples[("mountwarden_rollout_workloads_held", (
+        ("namespace", case.namespace), ("profile", case.profile), ("reason", "DisruptionBudget"), ("state", "Waiting"),
+        ("workload", f"{line['kind']}/{line['name']}")))] == 1
 
     # The budget allows a disruption: the replica is evicted, and its replacement mounts afresh, or, when it mounted
     # before the evicted replica unmounted, on the same superblock until the remounts run out (a real node gives

@@ -149,3 +149,30 @@ def test_the_agent_process_survives_failed_scans_serves_metrics_and_stops_on_sig
     log = (tmp_path / "err.log").read_text()
     assert "received SIGTERM" in log and "Traceback" in log  # the failed scans were logged with their cause
     assert scrape(port) == ""  # the metrics server is gone with the process
+
+
+class OnePod:
+    """The agent's view of its node's pods (agent/pods.py's NodePods), with one pod of a Deployment."""
+
+    def __init__(self, uid):
+        from mountwarden.agent.pods import NodePod
+
+        self.pod = NodePod(uid, "web-5f7c9-abcde", "shop", "ReplicaSet/web-5f7c9", {}, "Deployment/web")
+
+    def get(self, uid):
+        return self.pod if uid == self.pod.uid else None
+
+    def claim_of(self, pod, volume_name):
+        return None
+
+
+def test_the_agent_labels_each_volumes_series_with_its_pods_namespace_and_workload(tmp_path):
+    uid = pod_uid("web")
+    assemble_proc_root(tmp_path, [Mount("pv-a", pod_uid=uid, sample_mount="/D")])
+    agent = Agent(settings(tmp_path, process_samples=1), RecordingSink(), pods=OnePod(uid))
+    assert agent.step() and agent.step()
+
+    labels = [sample.labels for family in agent.metrics.registry.collect() for sample in family.samples
+              if family.name.startswith("mountwarden_nfs_")]
+    assert labels and all((label["namespace"], label["workload"], label["pod_uid"]) == ("shop", "Deployment/web", uid)
+                          for label in labels)

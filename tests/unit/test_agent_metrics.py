@@ -5,8 +5,9 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from mountwarden.agent.activity import VolumeActivity
-from mountwarden.agent.metrics import AgentMetrics, operation_rates
+from mountwarden.agent.metrics import SERIES_PER_VOLUME, AgentMetrics, operation_rates
 from mountwarden.agent.report import WriteOutcome
+from mountwarden.agent.scan import MAX_REPORTED_OPERATIONS
 from mountwarden.core.node.activity import Activity, ProcessSamples
 from mountwarden.core.node.kubelet import KubeletPlugin
 from mountwarden.core.node.scan import NodeScan, NodeVolume, OperationTotals, OptionsSource
@@ -71,15 +72,19 @@ def samples(metrics, name):
                 yield sample
 
 
-def test_metrics_serve_rates_labelled_by_node_pod_volume_and_op():
+OWNERS = {"uid-1": ("shop", "Deployment/web")}
+
+
+def test_metrics_serve_rates_labelled_by_node_namespace_workload_pod_volume_and_op():
     metrics = AgentMetrics("node-a")
-    metrics.scanned(scan(volume(READ=totals(100, rtt=100))), 0.01, at=100.0)
+    metrics.scanned(scan(volume(READ=totals(100, rtt=100))), 0.01, at=100.0, owners=OWNERS)
     assert list(samples(metrics, "mountwarden_nfs_operations_per_second")) == []
 
-    metrics.scanned(scan(volume(READ=totals(400, rtt=700))), 0.02, at=130.0)
+    metrics.scanned(scan(volume(READ=totals(400, rtt=700))), 0.02, at=130.0, owners=OWNERS)
 
     (ops,) = samples(metrics, "mountwarden_nfs_operations_per_second")
-    assert ops.labels == {"node": "node-a", "pod_uid": "uid-1", "volume": "pv-a", "op": "READ"}
+    assert ops.labels == {"node": "node-a", "namespace": "shop", "workload": "Deployment/web", "pod_uid": "uid-1",
+                          "volume": "pv-a", "op": "READ"}
     assert ops.value == pytest.approx(10.0)
     (rtt,) = samples(metrics, "mountwarden_nfs_rtt_milliseconds")
     assert rtt.value == pytest.approx(2.0)
@@ -137,7 +142,7 @@ def test_each_volume_serves_its_throughput_transport_rates_and_share_in_d():
         "mountwarden_nfs_read_bytes_per_second", "mountwarden_nfs_write_bytes_per_second",
         "mountwarden_nfs_retransmissions_per_second", "mountwarden_nfs_major_timeouts_per_second",
         "mountwarden_nfs_reconnects_per_second", "mountwarden_nfs_uninterruptible_share")}
-    labels = {"node": "node-a", "pod_uid": "uid-1", "volume": "pv-a"}
+    labels = {"node": "node-a", "namespace": "", "workload": "", "pod_uid": "uid-1", "volume": "pv-a"}  # pod unknown
     assert served == {
         "mountwarden_nfs_read_bytes_per_second": [(labels, 5.6e8)],
         "mountwarden_nfs_write_bytes_per_second": [(labels, 2.5e7)],
@@ -154,3 +159,38 @@ def test_a_volume_without_counters_or_samples_serves_no_activity():
 
     for name in ("mountwarden_nfs_read_bytes_per_second", "mountwarden_nfs_uninterruptible_share"):
         assert list(samples(metrics, name)) == []
+
+
+def moving(bytes_per_second: float) -> VolumeActivity:
+    activity = Activity(window_seconds=300, since="scans", read_bytes_per_second=bytes_per_second,
+                        write_bytes_per_second=0.0, requests_per_second=1, retransmissions_per_second=0.0,
+                        major_timeouts_per_second=0.0, reconnects_per_second=0.0, connections=1, data_requests=1,
+                        avg_queue_ms=0.0, avg_rtt_ms=1.0, avg_execute_ms=1.0)
+    return VolumeActivity(activity, ProcessSamples(samples=5, uninterruptible=0, processes=1))
+
+
+def test_per_volume_series_stay_within_the_cap_the_busiest_served_and_the_rest_counted():
+    cap, found = 3, 7
+    every_operation = {f"OP{n}": totals(10 + n, rtt=5, execute=9, queue=1) for n in range(MAX_REPORTED_OPERATIONS + 4)}
+    volumes = [volume(f"uid-{n}", f"pv-{n}", **every_operation) for n in range(found)]
+    later = {op: totals(t.ops * 3, rtt=t.rtt_ms * 3, execute=t.execute_ms * 3, queue=t.queue_ms * 3)
+             for op, t in every_operation.items()}
+    recent = {(v.pod_uid, v.volume_name, v.mount_point, v.superblock): moving(1000.0 * n) for n, v in enumerate(volumes)}
+    metrics = AgentMetrics("node-a", max_volumes=cap)
+    metrics.scanned(scan(*volumes), 0.01, at=0.0, recent=recent)
+    metrics.scanned(scan(*[volume(f"uid-{n}", f"pv-{n}", **later) for n in range(found)]), 0.01, at=10.0,
+                    recent=recent, owners={f"uid-{n}": ("ns", f"StatefulSet/s{n}") for n in range(found)})
+
+    text = text_string_to_metric_families(generate_latest(metrics.registry).decode())
+    per_volume = [sample for family in text for sample in family.samples if "pod_uid" in sample.labels]
+    assert len(per_volume) == cap * SERIES_PER_VOLUME  # every family filled: the bound is reached, not passed
+    assert {sample.labels["pod_uid"] for sample in per_volume} == {"uid-6", "uid-5", "uid-4"}  # the busiest
+    (over,) = samples(metrics, "mountwarden_agent_volumes_over_cap")
+    assert over.value == found - cap
+
+
+def test_under_the_cap_nothing_is_counted_over_it():
+    metrics = AgentMetrics("node-a", max_volumes=3)
+    metrics.scanned(scan(volume()), 0.01, at=0.0)
+    (over,) = samples(metrics, "mountwarden_agent_volumes_over_cap")
+    assert over.value == 0

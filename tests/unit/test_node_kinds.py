@@ -2,7 +2,15 @@
 
 from datetime import UTC, datetime, timedelta
 
-from mountwarden.core.compliance import Consumer, Contract, VerdictReason, VolumeState, assess
+from mountwarden.core.compliance import (
+    NO_AGENT,
+    Consumer,
+    Contract,
+    ProfileCompliance,
+    VerdictReason,
+    VolumeState,
+    assess,
+)
 from mountwarden.core.node.kinds import NodeFacts, why_no_agent
 
 NOW = datetime(2026, 12, 2, tzinfo=UTC)
@@ -25,3 +33,14 @@ def test_a_missing_report_is_explained_by_the_nodes_kind():
     assert "EKS Fargate node" in explained.message and "cannot be audited" in explained.message
     asked = assess(consumer, Contract({}), {}, now=NOW, stale_after=timedelta(minutes=15))
     assert "is the mountwarden agent running there?" in asked.message
+
+
+def test_metrics_count_a_report_no_agent_can_bring_apart_from_one_a_person_should_look_for():
+    fargate, missing = "fargate-ip-10-0-1-7", "ip-10-0-2-9"
+    no_agent = {fargate: why_no_agent({"eks.amazonaws.com/compute-type": "fargate"})}
+    consumers = [Consumer("uid-1", "web", "api-0", fargate, "pv-1"), Consumer("uid-2", "web", "api-1", missing, "pv-1"),
+                 Consumer("uid-3", "web", "api-2", missing, "pv-2"), Consumer("uid-4", "web", "api-3", None, "pv-1")]
+    verdicts = [assess(c, Contract({}), {}, now=NOW, stale_after=timedelta(minutes=15), no_agent=no_agent)
+                for c in consumers]
+    assert ProfileCompliance.of(verdicts).unverified(no_agent) == {
+        (fargate, NO_AGENT): 1, (missing, "ReportMissing"): 2, ("", "NotScheduled"): 1}

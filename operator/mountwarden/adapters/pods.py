@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 from mountwarden.adapters.watches import Entries, ReducedWatch
+from mountwarden.core.workload import workload_of
 
 #: The indexes the pods file (see pod_entries).
 POD_INDEXES = ("pods_by_uid", "pods_by_claim")
@@ -32,6 +33,8 @@ class PodPlacement(NamedTuple):
     deleting_at: str | None = None
     #: Whether a controller (a ReplicaSet, a StatefulSet...) owns it: one that recreates it once evicted.
     controlled: bool = False
+    #: Kind/name of its workload (core/workload.py), as metrics label it.
+    workload: str = ""
 
 
 def placement(pod: Mapping) -> PodPlacement | None:
@@ -43,11 +46,13 @@ def placement(pod: Mapping) -> PodPlacement | None:
     if not claims and not any(v.get("nfs") or v.get("csi") for v in volumes):
         return None
     node = spec.get("nodeName")
+    controller = next((ref for ref in metadata.get("ownerReferences") or () if ref.get("controller")), None)
+    workload = workload_of(controller and controller.get("kind"), controller and controller.get("name"),
+                           metadata["name"], (metadata.get("labels") or {}).get("pod-template-hash"))
     # Namespaces and nodes repeat across thousands of pods: one string each.
     return PodPlacement(metadata["uid"], sys.intern(metadata.get("namespace", "")), metadata["name"],
                         sys.intern(node) if node else None, tuple(sys.intern(c) for c in claims),
-                        metadata.get("deletionTimestamp"),
-                        any(ref.get("controller") for ref in metadata.get("ownerReferences") or ()))
+                        metadata.get("deletionTimestamp"), controller is not None, sys.intern(workload))
 
 
 def placement_entries(found: PodPlacement | None) -> Entries:
@@ -76,6 +81,11 @@ class PodPlacements:
 
     def load(self, pods: Iterable[PodPlacement]) -> None:
         self.watch.load({pod.uid: placement_entries(pod) for pod in pods})
+
+    def workload_of(self, uid: str) -> str:
+        """The pod's workload (Kind/name), "" for a pod not kept."""
+        pod = self.get(uid)
+        return pod.workload if pod is not None else ""
 
     def get(self, uid: str) -> PodPlacement | None:
         found = self._by_uid.get(uid)

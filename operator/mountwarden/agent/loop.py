@@ -24,7 +24,7 @@ from prometheus_client import start_http_server
 from mountwarden.adapters.procreader import ProcRoot
 from mountwarden.agent.activity import DEFAULT_PROCESS_ROUNDS, DEFAULT_WINDOW_SECONDS, ActivityTracker
 from mountwarden.agent.failures import DEFAULT_KERNEL_LOG, FailureWatch
-from mountwarden.agent.metrics import AgentMetrics
+from mountwarden.agent.metrics import DEFAULT_MAX_VOLUME_SERIES, AgentMetrics
 from mountwarden.agent.pods import NodePods
 from mountwarden.agent.probe import DEFAULT_PROBE_TIMEOUT_SECONDS, ServerProbe
 from mountwarden.agent.report import RefusedWrite, WriteOutcome, report_body
@@ -32,6 +32,7 @@ from mountwarden.agent.scan import SqliteScanner, UserspaceScanner, scan_node_re
 from mountwarden.agent.wakeup import Wakeup
 from mountwarden.api.nodemountreport import NodeMountReportSpec
 from mountwarden.core.node.failures import DEFAULT_HELPER_STUCK_SECONDS
+from mountwarden.core.node.scan import NodeScan
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,8 @@ class AgentSettings:
     kernel_log: str | None = DEFAULT_KERNEL_LOG
     #: Seconds a mount.nfs or umount.nfs may live before it is MountHelperStuck.
     helper_stuck_seconds: float = DEFAULT_HELPER_STUCK_SECONDS
+    #: Pod volumes whose per-volume series /metrics serves at most (agent/metrics.py).
+    max_volume_series: int = DEFAULT_MAX_VOLUME_SERIES
 
 
 class ReportSink(Protocol):
@@ -97,7 +100,7 @@ class Agent:
     ) -> None:
         self.settings = settings
         self.sink = sink
-        self.metrics = metrics or AgentMetrics(settings.node_name)
+        self.metrics = metrics or AgentMetrics(settings.node_name, max_volumes=settings.max_volume_series)
         self.sqlite_scan = sqlite_scan
         self.userspace_scan = userspace_scan
         self.proc = ProcRoot(settings.proc_root)
@@ -122,6 +125,13 @@ class Agent:
             return {}
         return {"pod_name": pod.name, "pod_namespace": pod.namespace, "pod_owner": pod.owner,
                 "claim_name": self.pods.claim_of(pod, volume_name)}
+
+    def _owners(self, scan: NodeScan) -> dict[str, tuple[str, str]]:
+        """Each scanned pod's namespace and workload, for /metrics (none without the pods' watch)."""
+        if self.pods is None:
+            return {}
+        pods = {uid: self.pods.get(uid) for uid in {volume.pod_uid for volume in scan.volumes if volume.pod_uid}}
+        return {uid: (pod.namespace, pod.workload) for uid, pod in pods.items() if pod is not None}
 
     def nudge(self) -> None:
         """Scan again now (from another thread: something the report shows has changed)."""
@@ -152,7 +162,8 @@ class Agent:
             log.exception("scan of %s failed", self.settings.proc_root)
             self.metrics.scan_errors.inc()
             return False
-        self.metrics.scanned(result.scan, result.duration_seconds, at=time.monotonic(), recent=result.recent)
+        self.metrics.scanned(result.scan, result.duration_seconds, at=time.monotonic(), recent=result.recent,
+                             owners=self._owners(result.scan))
         self._reported_pods = frozenset(volume.pod_uid for volume in result.spec.volumes if volume.pod_uid)
         try:
             outcome = self.sink.sync(result.spec)

@@ -5,6 +5,12 @@ rate now. Rates are computed between two scans: ops per second, and the average
 round trip, execute and queue time of the operations completed in between (the
 queue time growing past the round trip is the signature of a saturated
 connection, which nconnect relieves).
+
+Every per-volume series is labelled with the pod's namespace and workload (core/workload.py) beside its
+UID, so that a dashboard or an alert can say whose volume it is. Their number is bounded per node: at most
+``max_volumes`` pod volumes are served (--max-volume-series), each with at most SERIES_PER_VOLUME series,
+the busiest (bytes over the activity window) first. Past the cap, the others' series are not served and
+``mountwarden_agent_volumes_over_cap`` says how many were left out (the report still holds every volume).
 """
 
 from collections.abc import Iterator, Mapping
@@ -17,6 +23,15 @@ from prometheus_client.registry import Collector
 from mountwarden.agent.report import WRITTEN, WriteOutcome
 from mountwarden.agent.scan import MAX_REPORTED_OPERATIONS
 from mountwarden.core.node.scan import NodeScan, OperationTotals
+
+#: Pod volumes whose series one agent serves by default (--max-volume-series); a node runs 110 pods by default.
+DEFAULT_MAX_VOLUME_SERIES = 200
+#: The per-volume series of one volume at most: four per operation (ops, rtt, execute, queue) for the operations
+#: the report keeps, and six of its activity (read, write, retransmissions, major timeouts, reconnects, share in D).
+RATE_FAMILIES, ACTIVITY_FAMILIES = 4, 6
+SERIES_PER_VOLUME = RATE_FAMILIES * MAX_REPORTED_OPERATIONS + ACTIVITY_FAMILIES
+#: Who a pod volume belongs to, by pod UID: (namespace, workload); a pod not known (yet) has neither.
+Owners = Mapping[str, tuple[str, str]]
 
 #: A volume's identity between scans: pod UID ("" for staging), volume, mount point, superblock.
 #: A remount gets a new superblock, so its counters, which restart at zero, are never
@@ -74,17 +89,36 @@ def operation_rates(
     return rates
 
 
+@dataclass(frozen=True, slots=True)
+class ServedVolumes:
+    """The pod volumes whose series are served (pod UID, volume) and who owns each pod; replaced as a whole."""
+
+    served: frozenset[tuple[str, str]] = frozenset()
+    owners: Owners | None = None
+
+    def labels(self, node: str, pod_uid: str, volume: str) -> list[str] | None:
+        """The volume's labels (node, namespace, workload, pod_uid, volume), or None when it is over the cap."""
+        if (pod_uid, volume) not in self.served:
+            return None
+        namespace, workload = (self.owners or {}).get(pod_uid, ("", ""))
+        return [node, namespace, workload, pod_uid, volume]
+
+
+VOLUME_LABELS = ("node", "namespace", "workload", "pod_uid", "volume")
+
+
 class _RatesCollector(Collector):
     """Serves the rates of the last two scans; replaced as a whole, so a scrape never sees half of one."""
 
-    LABELS = ("node", "pod_uid", "volume", "op")
+    LABELS = (*VOLUME_LABELS, "op")
 
     def __init__(self, node_name: str) -> None:
         self.node_name = node_name
         self.rates: dict[tuple[VolumeKey, str], OperationRate] = {}
+        self.volumes = ServedVolumes()
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        rates = self.rates
+        rates, volumes = self.rates, self.volumes
         families = {
             "ops_per_second": GaugeMetricFamily(
                 "mountwarden_nfs_operations_per_second",
@@ -108,7 +142,10 @@ class _RatesCollector(Collector):
             if (pod_uid, volume, op) in seen:
                 continue
             seen.add((pod_uid, volume, op))
-            labels = [self.node_name, pod_uid, volume, op]
+            served = volumes.labels(self.node_name, pod_uid, volume)
+            if served is None:
+                continue
+            labels = [*served, op]
             for field, family in families.items():
                 value = getattr(rate, field)
                 if value is not None:
@@ -119,7 +156,7 @@ class _RatesCollector(Collector):
 class _ActivityCollector(Collector):
     """Each volume's throughput, transport health and process states over the agent's activity window."""
 
-    LABELS = ("node", "pod_uid", "volume")
+    LABELS = VOLUME_LABELS
     FAMILIES = (
         ("read_bytes_per_second", "mountwarden_nfs_read_bytes_per_second",
          "Bytes read from the NFS server per second, over the agent's activity window."),
@@ -136,9 +173,10 @@ class _ActivityCollector(Collector):
     def __init__(self, node_name: str) -> None:
         self.node_name = node_name
         self.recent: dict = {}
+        self.volumes = ServedVolumes()
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        recent = self.recent
+        recent, volumes = self.recent, self.volumes
         families = {field: GaugeMetricFamily(name, text, labels=self.LABELS) for field, name, text in self.FAMILIES}
         stuck = GaugeMetricFamily(
             "mountwarden_nfs_uninterruptible_share",
@@ -149,7 +187,9 @@ class _ActivityCollector(Collector):
             if (pod_uid, volume) in seen:
                 continue  # a mount over a mount: the first one, as for the operation rates
             seen.add((pod_uid, volume))
-            labels = [self.node_name, pod_uid, volume]
+            labels = volumes.labels(self.node_name, pod_uid, volume)
+            if labels is None:
+                continue
             if found.activity is not None:
                 for field, family in families.items():
                     family.add_metric(labels, getattr(found.activity, field))
@@ -159,11 +199,28 @@ class _ActivityCollector(Collector):
         yield stuck
 
 
+def busiest_volumes(current: Mapping[VolumeKey, object], recent: Mapping[VolumeKey, object],
+                    cap: int) -> tuple[frozenset[tuple[str, str]], int]:
+    """The (pod UID, volume) pairs to serve, at most ``cap``, the most bytes moved over the activity window
+    first (ties by name, so that the choice is stable), and how many were left out."""
+    moved: dict[tuple[str, str], float] = {}
+    for key in (*current, *recent):
+        found = recent.get(key)
+        activity = getattr(found, "activity", None)
+        rate = activity.read_bytes_per_second + activity.write_bytes_per_second if activity is not None else 0.0
+        pair = (key[0], key[1])
+        moved[pair] = max(moved.get(pair, 0.0), rate)
+    ranked = sorted(moved, key=lambda pair: (-moved[pair], pair))
+    return frozenset(ranked[:cap]), max(0, len(ranked) - cap)
+
+
 class AgentMetrics:
     """Everything /metrics serves, on a registry of its own."""
 
-    def __init__(self, node_name: str, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, node_name: str, registry: CollectorRegistry | None = None,
+                 max_volumes: int = DEFAULT_MAX_VOLUME_SERIES) -> None:
         self.registry = registry or CollectorRegistry()
+        self.max_volumes = max_volumes
         self.scan_duration = Histogram(
             "mountwarden_agent_scan_duration_seconds", "Time one scan of the node's /proc takes.",
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=self.registry)
@@ -188,6 +245,10 @@ class AgentMetrics:
             "mountwarden_agent_last_successful_write_timestamp_seconds",
             "When the NodeMountReport was last written (Unix time); 0 before the first write.",
             registry=self.registry)
+        self.volumes_over_cap = Gauge(
+            "mountwarden_agent_volumes_over_cap",
+            "Pod volumes the last scan found past --max-volume-series (the least busy): their per-volume series "
+            "are not served (the report still holds them).", registry=self.registry)
         self._rates = _RatesCollector(node_name)
         self.registry.register(self._rates)
         self._activity = _ActivityCollector(node_name)
@@ -195,15 +256,22 @@ class AgentMetrics:
         self._previous: dict[VolumeKey, dict[str, OperationTotals]] | None = None
         self._previous_at = 0.0
 
-    def scanned(self, scan: NodeScan, duration_seconds: float, at: float, recent: dict | None = None) -> None:
-        """Record a successful scan made at monotonic time ``at`` (``recent``: each volume's VolumeActivity)."""
+    def scanned(self, scan: NodeScan, duration_seconds: float, at: float, recent: dict | None = None,
+                owners: Owners | None = None) -> None:
+        """Record a successful scan made at monotonic time ``at`` (``recent``: each volume's VolumeActivity;
+        ``owners``: each pod's namespace and workload)."""
         self.scan_duration.observe(duration_seconds)
-        self._activity.recent = dict(recent or {})
+        recent = dict(recent or {})
         self.skipped_lines.set(scan.skipped_lines)
         self.volumes.set(len(scan.volumes))
         current = volume_totals(scan)
+        served, over = busiest_volumes(current, recent, self.max_volumes)
+        self.volumes_over_cap.set(over)
+        volumes = ServedVolumes(served, dict(owners or {}))
+        self._activity.recent, self._activity.volumes = recent, volumes
         if self._previous is not None:
             self._rates.rates = operation_rates(self._previous, current, at - self._previous_at)
+        self._rates.volumes = volumes
         self._previous, self._previous_at = current, at
 
     def written(self, outcome: WriteOutcome, at_unix: float) -> None:

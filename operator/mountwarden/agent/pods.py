@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 import kubernetes
 from kubernetes.client import ApiClient, ApiException
 
+from mountwarden.core.workload import workload_of
+
 log = logging.getLogger(__name__)
 
 #: Seconds per watch request (the API server ends it; a new one resumes from the last resourceVersion).
@@ -37,13 +39,18 @@ class NodePod:
     owner: str | None
     #: The pod's volume name -> the claim it mounts, for its PVC volumes.
     claims: Mapping[str, str] = field(default_factory=dict)
+    #: Kind/name of its workload (core/workload.py: a Deployment rather than its ReplicaSet), as /metrics labels it.
+    workload: str = ""
 
     @staticmethod
     def from_object(pod) -> "NodePod":
-        owner = next((f"{ref.kind}/{ref.name}" for ref in pod.metadata.owner_references or [] if ref.controller), None)
+        controller = next((ref for ref in pod.metadata.owner_references or [] if ref.controller), None)
+        owner = f"{controller.kind}/{controller.name}" if controller is not None else None
         claims = {volume.name: volume.persistent_volume_claim.claim_name for volume in pod.spec.volumes or []
                   if volume.persistent_volume_claim is not None}
-        return NodePod(pod.metadata.uid, pod.metadata.name, pod.metadata.namespace, owner, claims)
+        workload = workload_of(controller and controller.kind, controller and controller.name, pod.metadata.name,
+                               (pod.metadata.labels or {}).get("pod-template-hash"))
+        return NodePod(pod.metadata.uid, pod.metadata.name, pod.metadata.namespace, owner, claims, workload)
 
 
 def mounts_volumes(pod) -> bool:

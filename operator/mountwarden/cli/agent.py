@@ -9,6 +9,7 @@ import yaml
 from pydantic import ValidationError
 from rich.markup import escape
 
+from mountwarden.agent.metrics import DEFAULT_MAX_VOLUME_SERIES, SERIES_PER_VOLUME
 from mountwarden.cli._app import app
 from mountwarden.cli._output import console, err_console, fail, print_json
 from mountwarden.core.findings import CheckResult
@@ -87,6 +88,13 @@ def agent_command(
         "--activity-window", min=1, metavar="SECONDS",
         help="Throughput, transport health and process states are reported over this many seconds of scans.")
     ] = 300.0,
+    max_volume_series: Annotated[int, typer.Option(
+        "--max-volume-series", min=0, metavar="N",
+        help="Serve the per-volume series of at most N pod volumes (the busiest over --activity-window): at most "
+             f"{SERIES_PER_VOLUME} series each (4 for each operation the report keeps, 6 of activity), so at most "
+             f"{SERIES_PER_VOLUME} x N on /metrics. "
+             "Past it, mountwarden_agent_volumes_over_cap counts the volumes left out; the report keeps them all.")
+    ] = DEFAULT_MAX_VOLUME_SERIES,
     name_pods: Annotated[bool, typer.Option(
         "--name-pods/--no-name-pods",
         help="Name each volume's pod, namespace, controller and claim in the report, from a watch of this node's "
@@ -136,11 +144,12 @@ def agent_command(
     The report is written only when something other than the counters changed,
     and as a heartbeat every --heartbeat seconds; /metrics serves live rates
     (mountwarden_nfs_operations_per_second, ..._rtt_milliseconds,
-    ..._execute_milliseconds, ..._queue_milliseconds by node, pod_uid, volume,
-    op; ..._read_bytes_per_second, ..._write_bytes_per_second,
+    ..._execute_milliseconds, ..._queue_milliseconds by node, namespace,
+    workload, pod_uid, volume, op; ..._read_bytes_per_second, ..._write_bytes_per_second,
     ..._retransmissions_per_second, ..._major_timeouts_per_second,
-    ..._reconnects_per_second, ..._uninterruptible_share by node, pod_uid,
-    volume) and the agent's health. A failed scan or write is logged, counted and
+    ..._reconnects_per_second, ..._uninterruptible_share by node, namespace,
+    workload, pod_uid, volume; at most --max-volume-series volumes) and the
+    agent's health. A failed scan or write is logged, counted and
     retried at the next scan. The agent refuses to write when --node-name is
     not a node, or names another machine (the Node's boot ID differs from this
     kernel's): exit code 2.
@@ -190,6 +199,7 @@ def agent_command(
         activity_window_seconds=activity_window,
         kernel_log=kernel_log or None,
         helper_stuck_seconds=helper_stuck_after,
+        max_volume_series=max_volume_series,
     )
     sink: ReportSink
     client = None

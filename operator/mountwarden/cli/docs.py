@@ -14,13 +14,20 @@ METRICS_HEADER = "<!-- Generated from the metric definitions by `mountwarden doc
 def _metrics_reference() -> str:
     from prometheus_client import REGISTRY, CollectorRegistry
 
-    import mountwarden.handlers.metrics  # noqa: F401  (registers the operator's metrics)
-    from mountwarden.agent.metrics import AgentMetrics
+    from mountwarden.agent.metrics import DEFAULT_MAX_VOLUME_SERIES, SERIES_PER_VOLUME, AgentMetrics
+    from mountwarden.handlers.metrics import MAX_FINDING_SERIES  # (and registers the operator's metrics)
 
     operator_rows = _metric_rows(REGISTRY, prefix="mountwarden_")
     agent_rows = _metric_rows(AgentMetrics("node", CollectorRegistry()).registry, prefix="mountwarden_")
     lines = [METRICS_HEADER + "# Metrics", "",
-             "The operator serves them on `--metrics-port` (9800), each agent on its own `--metrics-port` (9801).", ""]
+             "The operator serves them on `--metrics-port` (9800), each agent on its own `--metrics-port` (9801).", "",
+             "Series are bounded (docs/runbook.md, \"Metrics over their cap\"): an agent serves the per-volume series "
+             "(labelled `namespace`, `workload` and `pod_uid`) of at most `--max-volume-series` pod volumes "
+             f"(default {DEFAULT_MAX_VOLUME_SERIES}), at most {SERIES_PER_VOLUME} series each, so at most "
+             f"{SERIES_PER_VOLUME * DEFAULT_MAX_VOLUME_SERIES:,} per node by default, the busiest first "
+             "(`mountwarden_agent_volumes_over_cap` counts the rest); the operator serves at most "
+             f"{MAX_FINDING_SERIES:,} series of `mountwarden_findings`, the most severe first "
+             "(`mountwarden_findings_over_cap` counts the rest).", ""]
     for title, rows in (("Operator", operator_rows), ("Agent", agent_rows)):
         lines += [f"## {title}", "", "| metric | type | labels | meaning |", "|---|---|---|---|", *rows, ""]
     return "\n".join(lines)

@@ -40,6 +40,11 @@ class VerdictReason(StrEnum):
     NOT_MOUNTED = "NotMounted"
 
 
+#: Why a volume is unverified in metrics when its node is one where no agent can run (Fargate, virtual nodes):
+#: its report is missing for good, and no alert asks for it.
+NO_AGENT = "NoAgent"
+
+
 class ComplianceReason(StrEnum):
     """The reasons of a profile's Compliant condition."""
 
@@ -184,6 +189,14 @@ class ProfileCompliance:
             "volumes": {state.value: volumes.get(state, 0) for state in VolumeState},
             "pods": {state.value: pods.get(state, 0) for state in VolumeState},
         }
+
+    def unverified(self, no_agent: Mapping[str, str] | None = None) -> Counter[tuple[str, str]]:
+        """Volumes no report confirms, by (node, why): the verdict's reason, except a missing report of a node where
+        no agent can run (``no_agent``, as for ``assess``), which is NO_AGENT: nobody can bring that report."""
+        return Counter((v.consumer.node or "",
+                        NO_AGENT if v.reason == VerdictReason.REPORT_MISSING and v.consumer.node in (no_agent or {})
+                        else str(v.reason))
+                       for v in self.verdicts if v.state is VolumeState.UNKNOWN)
 
     def worst_offenders(self) -> list[Verdict]:
         offending = [v for v in self.verdicts if v.state is not VolumeState.COMPLIANT or v.sqlite]

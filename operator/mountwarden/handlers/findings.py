@@ -64,6 +64,6 @@ def post_once(posted: PostedFindings, finding: Finding) -> None:
 def publish(context: OperatorContext, profile: str, source: str, findings: Iterable[Finding]) -> None:
     """One profile's findings of one source: to the PolicyReports (when on) and the findings gauge."""
     findings = list(findings)
-    metrics.record_findings(profile, source, findings)
+    metrics.record_findings(profile, source, findings, context.pods.workload_of)
     if context.policy_reports is not None:
         context.policy_reports.record(profile, source, findings)

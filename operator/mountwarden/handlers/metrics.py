@@ -7,7 +7,7 @@ checks that every name it uses is one defined here.
 import collections
 import contextlib
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from prometheus_client import Counter, Gauge, start_http_server
 
@@ -16,6 +16,7 @@ from mountwarden.core.credits.consumers import ConsumerSummary
 from mountwarden.core.credits.crossaz import CrossAzCheck
 from mountwarden.core.findings import Finding
 from mountwarden.core.inventory import Inventory
+from mountwarden.core.rollout import Phase, State
 
 _CREDIT_LABELS = ("profile", "file_system_id")
 CREDIT_BALANCE = Gauge("mountwarden_credit_balance_bytes", "EFS BurstCreditBalance", _CREDIT_LABELS)
@@ -133,7 +134,7 @@ def record_namespace_costs(file_system_id: str, namespaces: list[dict]) -> None:
         _replace_series(NAMESPACE_COST, _cost_series, file_system_id, costs)
 
 
-def _replace_series(gauge: Gauge, known: dict[str, set[tuple[str, ...]]], key: str,
+def _replace_series(gauge: Gauge, known: dict, key: object,
                     values: dict[tuple[str, ...], float]) -> None:
     for gone in known.get(key, set()) - set(values):
         with contextlib.suppress(KeyError):
@@ -163,23 +164,50 @@ def record_compliance(profile: str, counts: dict[str, dict[str, int]], sqlite_da
     SQLITE_DATABASES.labels(profile).set(sqlite_databases)
 
 
-FINDINGS = Gauge("mountwarden_findings", "Findings of a profile now, by what found them, their reason and severity "
-                 "(the same findings as its PolicyReport results and Events)", ("profile", "source", "reason", "severity"))
+FINDINGS = Gauge("mountwarden_findings", "Findings now, by the profile whose contract they concern, what found them, "
+                 "the namespace and workload of their pod (empty for a finding on a profile), their reason and "
+                 "severity (the same findings as the PolicyReport results and Events)",
+                 ("profile", "source", "namespace", "workload", "reason", "severity"))
+#: At most this many mountwarden_findings series (a label set is a profile, source, workload, reason and severity,
+#: never a pod): past it the least severe are left out and counted in mountwarden_findings_over_cap.
+MAX_FINDING_SERIES = 5000
+FINDINGS_OVER_CAP = Gauge("mountwarden_findings_over_cap",
+                          f"Label sets of mountwarden_findings not served: past {MAX_FINDING_SERIES} series, the "
+                          "least severe are left out (status, Events and PolicyReports still hold them)")
 _finding_series: dict[tuple[str, str], set[tuple[str, ...]]] = {}
+_findings_over_cap: dict[tuple[str, str], int] = {}
 _findings_lock = threading.Lock()
 
 
-def record_findings(profile: str, source: str, findings: Iterable[Finding]) -> None:
-    """Set a profile's finding counts of one source; the reasons no longer found are removed."""
-    counts = collections.Counter((profile, source, str(f.reason), str(f.severity)) for f in findings if f.counts)
+def _no_workload(uid: str) -> str:
+    return ""
+
+
+def record_findings(profile: str, source: str, findings: Iterable[Finding],
+                    workload_of: Callable[[str], str] = _no_workload) -> None:
+    """Set a profile's finding counts of one source, by namespace and workload; those no longer found are removed.
+
+    ``workload_of``: a pod UID's workload (Kind/name). The series of all profiles stay within MAX_FINDING_SERIES.
+    """
+    counts: collections.Counter = collections.Counter()
+    rank: dict[tuple[str, ...], int] = {}
+    for finding in findings:
+        if not finding.counts:
+            continue
+        subject = finding.subject
+        namespace = (subject.namespace or "") if subject is not None else ""
+        workload = workload_of(subject.uid) if subject is not None and subject.kind == "Pod" and subject.uid else ""
+        labels = (profile, source, namespace, workload, str(finding.reason), str(finding.severity))
+        counts[labels] += 1
+        rank[labels] = finding.severity.rank
     with _findings_lock:
-        known = _finding_series.get((profile, source), set())
-        for gone in known - set(counts):
-            with contextlib.suppress(KeyError):
-                FINDINGS.remove(*gone)
-        for labels, number in counts.items():
-            FINDINGS.labels(*labels).set(number)
-        _finding_series[(profile, source)] = set(counts)
+        key = (profile, source)
+        others = sum(len(series) for other, series in _finding_series.items() if other != key)
+        room = max(0, MAX_FINDING_SERIES - others)
+        kept = sorted(counts, key=lambda labels: (-rank[labels], -counts[labels], labels))[:room]
+        _findings_over_cap[key] = len(counts) - len(kept)
+        FINDINGS_OVER_CAP.set(sum(_findings_over_cap.values()))
+        _replace_series(FINDINGS, _finding_series, key, {labels: counts[labels] for labels in kept})
 
 
 MOUNT_FAILURES = Gauge(
@@ -236,10 +264,47 @@ REPORT_ENTRIES_DROPPED = Counter(
 POSTED_FINDINGS = Gauge("mountwarden_posted_findings",
                         "Findings remembered as already posted as pod Events (bounded, expiring after an hour)")
 
+UNVERIFIED_VOLUMES = Gauge(
+    "mountwarden_unverified_volumes", "Pod volumes of a profile whose node's report cannot confirm them, by node and "
+    "why: ReportMissing (no report: no agent runs there), NoAgent (a node where no agent can run: Fargate, "
+    "virtual nodes), ReportStale (the agent stopped writing), NotMounted, NotScheduled (node empty)", ("profile", "node", "reason"))
+_unverified_series: dict[str, set[tuple[str, ...]]] = {}
+
+
+def record_unverified(profile: str, volumes: Mapping[tuple[str, str], int]) -> None:
+    """Set a profile's unverified volumes by (node, reason); the pairs no longer there are removed."""
+    with _findings_lock:
+        _replace_series(UNVERIFIED_VOLUMES, _unverified_series, profile,
+                        {(profile, node, reason): number for (node, reason), number in volumes.items()})
+
+
+ROLLOUT_PHASE = Gauge("mountwarden_rollout_phase", "1 for the phase of a profile's rollout (status.rollout.phase: "
+                      "AwaitingApproval, Progressing, Paused, Waiting, AwaitingMigration, Complete), 0 for the others",
+                      ("profile", "phase"))
+ROLLOUT_WORKLOADS_HELD = Gauge(
+    "mountwarden_rollout_workloads_held", "1 for each workload of a profile's rollout that is Blocked (the rollout is "
+    "Paused) or Waiting (a PodDisruptionBudget allows no eviction: reason DisruptionBudget; or zero replicas), by "
+    "its state and reason", ("profile", "namespace", "workload", "state", "reason"))
+_rollout_series: dict[str, set[tuple[str, ...]]] = {}
+
+
+def record_rollout(profile: str, rollout: Mapping | None) -> None:
+    """Set a profile's rollout gauges from status.rollout (None: no rollout, nothing held)."""
+    rollout = rollout or {}
+    for phase in Phase:
+        ROLLOUT_PHASE.labels(profile, str(phase)).set(1 if rollout.get("phase") == phase else 0)
+    held = {(profile, line.get("namespace") or "", f"{line.get('kind')}/{line.get('name')}", line["state"],
+             line.get("reason") or ""): 1
+            for line in rollout.get("workloads") or () if line.get("state") in (State.BLOCKED, State.WAITING)}
+    with _findings_lock:
+        _replace_series(ROLLOUT_WORKLOADS_HELD, _rollout_series, profile, held)
+
+
 #: The gauges labelled by one profile: a deleted profile's series go with it.
 _PROFILE_GAUGES = (CREDIT_BALANCE, CREDIT_SLOPE, CREDIT_TIME_TO_EMPTY, CREDIT_PERMITTED, CREDIT_METERED,
                    CREDIT_NET_CHANGE, CREDIT_IO_LIMIT, CREDIT_ELASTIC_COST, CREDIT_STATE, PROFILE_METERED,
-                   PROFILE_VOLUMES, PROFILE_PODS, SQLITE_DATABASES, FINDINGS)
+                   PROFILE_VOLUMES, PROFILE_PODS, SQLITE_DATABASES, FINDINGS, UNVERIFIED_VOLUMES, ROLLOUT_PHASE,
+                   ROLLOUT_WORKLOADS_HELD)
 
 
 def forget_profile(profile: str) -> None:
@@ -249,6 +314,10 @@ def forget_profile(profile: str) -> None:
     with _findings_lock:
         for key in [key for key in _finding_series if key[0] == profile]:
             del _finding_series[key]
+            _findings_over_cap.pop(key, None)
+        FINDINGS_OVER_CAP.set(sum(_findings_over_cap.values()))
+        _unverified_series.pop(profile, None)
+        _rollout_series.pop(profile, None)
     with _consumers_lock:
         # A consumer's series names every profile of its volumes, comma-joined.
         for file_system_id, series in _consumer_series.items():

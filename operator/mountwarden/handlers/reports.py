@@ -93,6 +93,7 @@ def assess_compliance(
     if not current or (current["status"], current["reason"]) != (state, reason):
         log.info("StorageProfile %s: Compliant %s (%s): %s", name, state, reason, message)
     metrics.record_compliance(name, compliance.counts(), compliance.sqlite_databases)
+    metrics.record_unverified(name, compliance.unverified(no_agent))
     findings.publish(memo, name, findings.COMPLIANCE, compliance_findings(name, compliance.verdicts))
 
 

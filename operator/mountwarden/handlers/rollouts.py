@@ -57,7 +57,7 @@ from mountwarden.core.rollout import (
 )
 from mountwarden.core.rollout.status import adoption_status
 from mountwarden.core.storageclass import ClassEntry
-from mountwarden.handlers import findings
+from mountwarden.handlers import findings, metrics
 from mountwarden.handlers.config import OperatorConfig
 from mountwarden.handlers.context import OperatorContext
 from mountwarden.handlers.errors import backoff
@@ -247,7 +247,7 @@ class ProfileRollout:
         """One tick; ``body`` is kopf's live view of the profile, enough to tell whether the world is needed."""
         view = view or ClusterView()
         if not self._needs_world(body, volumes_by_class, view):
-            self.wakeups.follow(self.name, ProfileStatus(body.get("status")).rollout)
+            self._settle(ProfileStatus(body.get("status")).rollout)
             return
         # The live view may not show this daemon's last status write yet: judge from the stored profile.
         with transient_errors():
@@ -256,7 +256,7 @@ class ProfileRollout:
         target = _target(self.name, spec, status, meta)
         previous = ProfileStatus(status).rollout
         if target is None:
-            self.wakeups.follow(self.name, previous)
+            self._settle(previous)
             return
         adopter = _adopter(self.name, fresh)
         lineage = [version.storage_class for version in target.lineage]
@@ -284,7 +284,12 @@ class ProfileRollout:
         if change:
             with transient_errors():
                 self.custom.patch_cluster_custom_object_status(*PROFILE, self.name, {"status": change})
-        self.wakeups.follow(self.name, written, evictions_refused=bool(refused))
+        self._settle(written, evictions_refused=bool(refused))
+
+    def _settle(self, rollout: Mapping | None, *, evictions_refused: bool = False) -> None:
+        """The tick's outcome: the rollout gauges, and when to tick next."""
+        metrics.record_rollout(self.name, rollout)
+        self.wakeups.follow(self.name, rollout, evictions_refused=evictions_refused)
 
     def _take(self, pvs: Sequence[Mapping], adopter: Adopter, lineage: Sequence[str], view: ClusterView,
               taken: list[Taken]) -> tuple[str, ...]:
