@@ -63,9 +63,9 @@ def sqlite_proc_root(path: Path, mounts: list[Mount], database: Mount, pod_uid: 
     return assembled
 
 
-def report_once(cluster, node: str, proc_root: Path) -> None:
-    """`mountwarden agent --once`: the node's report, written from ``proc_root``."""
-    agent = subprocess.run([sys.executable, "-m", "mountwarden", "agent", "--once", "--node-name", node,
+def report_once(cluster, node: str, proc_root: Path, *options: str) -> None:
+    """`mountwarden agent --once [OPTIONS]`: the node's report, written from ``proc_root``."""
+    agent = subprocess.run([sys.executable, "-m", "mountwarden", "agent", "--once", *options, "--node-name", node,
                             "--proc-root", str(proc_root), "--kubeconfig", str(cluster.kubeconfig)],
                            capture_output=True, text=True, timeout=120)
     assert agent.returncode == 0, agent.stderr

@@ -2,8 +2,6 @@
 pod's worst finding, and no change to show while only ages, scan times and counters move (a new agent scan)."""
 
 import io
-import subprocess
-import sys
 
 import pytest
 from rich.console import Console
@@ -58,16 +56,11 @@ def test_the_view_shows_the_worst_finding_and_stays_the_same_across_agent_scans(
     def scan_time() -> str:
         return kube.custom.get_cluster_custom_object("mountwarden.io", "v1alpha1", "nodemountreports",
                                                      node)["spec"]["scanTime"]
-    def heartbeat() -> None:
-        """The agent's next scan, written as the heartbeat it writes when nothing else changed."""
-        agent = subprocess.run([sys.executable, "-m", "mountwarden", "agent", "--once", "--heartbeat", "1",
-                                "--node-name", node, "--proc-root", str(proc_root), "--kubeconfig",
-                                str(cluster.kubeconfig)], capture_output=True, text=True, timeout=120)
-        assert agent.returncode == 0, agent.stderr
-
     scanned = scan_time()
-    # Scan again until the report says a later scan time (its resolution is one second).
-    wait_for(lambda: heartbeat() or scan_time() != scanned, timeout=60, what="the agent's heartbeat")
+    # Scan again, writing the heartbeat the agent writes when nothing else changed, until the report says a later
+    # scan time (its resolution is one second).
+    wait_for(lambda: report_once(cluster, node, proc_root, "--heartbeat", "1") or scan_time() != scanned, timeout=60,
+             what="the agent's heartbeat")
     assert look(cluster, namespace) == first
     operator_with_reports.assert_running()
     kube.delete_profile(profile)
