@@ -71,6 +71,12 @@ def test_costs_outrank_staleness_and_staleness_outranks_what_costs_nothing():
     other = next(f for f in timeo if f.option == "timeo")
     assert impact_of(other).harm is Harm.OTHER
     assert by_impact([other, staleness[0]])[0] is staleness[0]
+    # A mount fresher than its contract (cached declares acregmax=600; the kernel default is 60) risks nothing.
+    fresher = _findings(("rw", "vers=4.1", "hard", "acregmin=3", "acregmax=60", "acdirmin=600", "acdirmax=600",
+                         "lookupcache=all", "timeo=600", "retrans=2", "local_lock=none"), cached)
+    acregmax = next(f for f in fresher if f.option == "acregmax")
+    assert (acregmax.expected, acregmax.actual) == (600, 60)
+    assert (impact_of(acregmax).harm, impact_of(acregmax).stale_seconds) == (Harm.OTHER, 0)
 
 
 def test_data_at_risk_comes_first_whatever_the_round_trips():

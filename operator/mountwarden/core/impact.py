@@ -71,16 +71,27 @@ NO_IMPACT = Impact(Harm.OTHER, 0.0, 0, -1, False, False)
 
 def options_of(finding: Finding) -> dict[str, OptionValue]:
     """The options in effect a finding is about, canonical (``{"sync": True}``; noac's five; none for a SQLite)."""
-    option, actual = finding.option, finding.actual
-    if not option:
+    option = finding.option or ""
+    if finding.actual is None and ("=" in option or "," in option):
+        return _said(option, option)  # the options themselves (the baseline's import flags: sync,actimeo=0)
+    return _said(option, finding.actual)
+
+
+def _implied(finding: Finding) -> dict[str, OptionValue]:
+    """What the contract implies for the same options (empty when it names none: a forbidden option)."""
+    return _said(finding.option, finding.expected) if finding.expected is not None else {}
+
+
+def _said(option: str | None, value: OptionValue | None) -> dict[str, OptionValue]:
+    if not option or value is None:
         return {}
-    if isinstance(actual, str) and exclusive_group(actual) is not None:
-        return {actual: True}  # a flag of an exclusive group in effect: soft where hard was declared
-    written_out = isinstance(actual, str) and ("=" in actual or "," in actual)
-    if option in BY_NAME and actual is not None and not written_out:
-        return {option: actual}
+    if isinstance(value, str) and exclusive_group(value) is not None:
+        return {value: True}  # a flag of an exclusive group: soft where hard was declared
+    written_out = isinstance(value, str) and ("=" in value or "," in value)
+    if option in BY_NAME and not written_out:
+        return {option: value}
     # Options written out: a group of attribute-cache times, noac, the import's flags, a forbidden token held.
-    text = actual if option in BY_NAME and written_out else option
+    text = value if option in BY_NAME or (written_out and "(" not in str(value)) else option
     return dict(normalize(str(text).split(","), observed=True).options)
 
 
@@ -101,10 +112,11 @@ def _stale_seconds(options: Mapping[str, OptionValue]) -> int:
 
 
 def impact_of(finding: Finding) -> Impact:
-    options = options_of(finding)
-    cost = _costs(options)
+    options, implied = options_of(finding), _implied(finding)
+    # What the options in effect do beyond what the contract implies: a mount fresher than declared is no harm.
+    cost = _costs(options) & ~_costs(implied)
     wait = round(sum(ms for kind, ms in WAIT_MS.items() if kind in cost), 3)
-    stale = _stale_seconds(options)
+    stale = _stale_seconds(options) if _stale_seconds(options) > _stale_seconds(implied) else 0
     soft_writable = finding.reason is Reason.SOFT_WRITABLE_MOUNT or (
         any(options.get(flag) is True for flag in ("soft", "softerr")) and not options.get("ro"))
     if finding.reason in (Reason.SQLITE_ON_NFS, Reason.SQLITE_CLAIM_ON_NFS) or \
