@@ -6,10 +6,12 @@ person should read first. Its impact does, in this order (each step with its sou
 1. Data at risk now: SQLite on a network mount (sqlite.org, 'Use over a network'; a critical finding is SQLite in
    WAL mode across hosts), and soft on a read-write mount, which loses writes silently (nfs(5)).
 2. A mount that fails or hangs now (core/node/failures.py: stale handles, dead servers, stuck helpers).
-3. The wait an option's value adds to each operation it slows, in milliseconds at EFS's best latency
-   (``WAIT_MS``): the import's ``sync`` (every write() waits for the server) and ``lookupcache=none`` (every path
-   component of every stat() and open() a LOOKUP) before a directory's attribute cache, before a file's.
-4. How long another client's change can stay unseen (seconds; nfs(5), kernel lab).
+3. The wait an option's value adds to each operation it slows, beyond what the contract implies, in milliseconds
+   at EFS's best latency (``WAIT_MS``): the import's ``sync`` (every write() waits for the server) before
+   ``lookupcache=none`` or directories' attributes never cached (every path component of every stat() and open()
+   a round trip: the same count per stat() in the kernel lab), before files' attributes never cached.
+4. How long another client's change can stay unseen, beyond what the contract implies (seconds; nfs(5), kernel
+   lab). After the waits: a wait is paid on every operation, staleness only when another client changed something.
 5. Then, among findings alike in all of that: the worse severity; a finding that explains others (a shared
    superblock, an nconnect the server's first mount fixed), whose remedy is the one that works; an option the
    contract declares before one it does not name.
