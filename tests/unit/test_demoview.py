@@ -68,9 +68,9 @@ def _objects() -> dict[str, list[dict]]:
             "events": [event], "policyreports": [report], "clusterpolicyreports": []}
 
 
-def _text(view) -> str:
-    console = Console(file=io.StringIO(), width=400, record=True)
-    console.print(render(view))
+def _text(view, *, width: int = 400, compact: bool = False) -> str:
+    console = Console(file=io.StringIO(), width=width, record=True)
+    console.print(render(view, compact=compact))
     return console.export_text()
 
 
@@ -122,6 +122,17 @@ def test_ages_timestamps_and_counters_do_not_change_the_view_and_what_a_person_r
     assert view_of(fixed).profiles[0].worst == ()
     assert list(changes([view_of(before), view_of(later), view_of(fixed), view_of(fixed), view_of(before)])) == \
         [view_of(before), view_of(fixed), view_of(before)]
+
+
+def test_drawn_in_place_each_row_and_message_keeps_to_one_line():
+    view = view_of(_objects())
+    full, compact = _text(view, width=100), _text(view, width=100, compact=True)
+    [worst] = [line for line in compact.splitlines() if "worst:" in line]
+    assert worst.startswith("    worst: UndeclaredOption (web/uploads): web/uploads on lab-node-0: sync is in effect")
+    assert worst.rstrip().endswith("…") and len(worst.rstrip()) == 100
+    # The Event's long message: one line here, several when appended to a log.
+    assert len([line for line in compact.splitlines() if line.strip()]) < \
+        len([line for line in full.splitlines() if line.strip()]) - 10
 
 
 def _run_watch(console: Console, views: list) -> int:

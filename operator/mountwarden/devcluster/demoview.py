@@ -176,46 +176,55 @@ def view_of(objects: Objects, problems: Iterable[str] = ()) -> DemoView:
     )
 
 
-def _table(title: str, columns: Iterable[str], rows: Iterable[Iterable[str]]) -> Group:
+def _table(title: str, columns: Iterable[str], rows: Iterable[Iterable[str]], *, compact: bool) -> Group:
     # The title on a line of its own: a table's title wraps at the table's width.
     table = Table(box=None, pad_edge=False, expand=False)
     for column in columns:
-        table.add_column(column, overflow="fold")
+        table.add_column(column, no_wrap=compact, overflow="ellipsis" if compact else "fold")
     for row in rows:
         table.add_row(*(Text(value) for value in row))
     return Group(Text(title, style="bold"), table)
 
 
-def render(view: DemoView) -> RenderableType:
-    """The view as rich renderables, in the order a person reads them: profiles, classes, the node, what was said."""
+def render(view: DemoView, *, compact: bool = False) -> RenderableType:
+    """The view as rich renderables, in the order a person reads them: profiles, classes, the node, what was said.
+
+    ``compact``: one line per row and message, cut at the width (a view drawn in place cannot be scrolled back).
+    """
+    def line(text: str) -> Text:
+        return Text(text, no_wrap=compact, overflow="ellipsis" if compact else "fold")
+
     parts: list[RenderableType] = [
         _table("StorageProfiles (a consumer pattern each) and the StorageClass carrying their options",
                ("PROFILE", "POLICY", "CLASS", "VERSION", "READY", "COMPLIANT", "CREDITS"),
                ((p.name, p.policy, p.storage_class, p.version, p.ready, p.compliant, p.credits)
-                for p in view.profiles)),
+                for p in view.profiles), compact=compact),
         Text(""),
         _table("Their versioned StorageClasses", ("CLASS", "SUPERSEDED-BY", "MOUNT-OPTIONS"),
-               ((c.name, c.superseded_by, c.mount_options) for c in view.classes)),
+               ((c.name, c.superseded_by, c.mount_options) for c in view.classes), compact=compact),
         Text(""),
         Text("Compliance, each profile's worst finding (ranked by impact) and credits", style="bold"),
     ]
     for profile in view.profiles:
-        parts.append(Text(f"  {profile.name}: {profile.compliance or 'not checked yet'}"))
+        parts.append(line(f"  {profile.name}: {profile.compliance or 'not checked yet'}"))
         if profile.worst:
             reason, pod, message = profile.worst
-            parts.append(Text(f"    worst: {reason} ({pod}): {message}"))
+            parts.append(line(f"    worst: {reason} ({pod}): {message}"))
         if profile.credits_message:
-            parts.append(Text(f"    credits: {profile.credits_message}"))
+            parts.append(line(f"    credits: {profile.credits_message}"))
     if view.mounts or view.sqlite:
         parts += [Text(""), _table("What the nodes really mounted, as their agents report it (NodeMountReports)",
                                    ("NODE", "VOLUME", "SOURCE", "SUPERBLOCK", "OPTIONS IN EFFECT"),
-                                   ((m.node, m.volume, m.source, m.superblock, m.options) for m in view.mounts))]
-        parts += [Text(f"  SQLite: {line}") for line in view.sqlite]
+                                   ((m.node, m.volume, m.source, m.superblock, m.options) for m in view.mounts),
+                                   compact=compact)]
+        parts += [line(f"  SQLite: {use}") for use in view.sqlite]
     parts += [Text(""), _table(f"What the operator said (its latest {EVENTS_SHOWN} Events, oldest first)",
                                ("KIND", "NAME", "TYPE", "REASON", "MESSAGE"),
-                               ((e.kind, e.name, e.type, e.reason, e.message) for e in view.events))]
+                               ((e.kind, e.name, e.type, e.reason, e.message) for e in view.events),
+                               compact=compact)]
     parts += [Text(""), _table("Findings as PolicyReports (one per namespace, one cluster-wide)",
-                               ("SCOPE", "RESULTS", "RULES"), ((r.scope, r.summary, r.rules) for r in view.reports))
+                               ("SCOPE", "RESULTS", "RULES"), ((r.scope, r.summary, r.rules) for r in view.reports),
+                               compact=compact)
               if view.reports else Text("Findings as PolicyReports: none yet", style="bold")]
     parts += [Text(f"could not read {problem}", style="yellow") for problem in view.problems]
     return Group(*parts)
@@ -234,8 +243,9 @@ def watch(fetch: Callable[[], DemoView], console: Console, *, interval: float,
           keep_going: Callable[[], bool], sleep: Callable[[float], None], now: Callable[[], datetime]) -> int:
     """Show each view that changed until ``keep_going`` says stop; returns how many were shown.
 
-    On a terminal the view is redrawn in place; otherwise each change is appended as one block under a rule with
-    the time it was seen (a log reads as a history of changes).
+    On a terminal the view is redrawn in place, one line per row (a drawing in place cannot be scrolled back);
+    otherwise each change is appended in full as one block under a rule with the time it was seen (a log reads as
+    a history of changes).
     """
     def views() -> Iterator[DemoView]:
         while True:
@@ -248,7 +258,7 @@ def watch(fetch: Callable[[], DemoView], console: Console, *, interval: float,
     if console.is_terminal:
         with Live(console=console, auto_refresh=False, redirect_stdout=False, redirect_stderr=False) as live:
             for view in changes(views()):
-                live.update(Group(render(view), Text(f"changed at {now():%H:%M:%S}; Ctrl-C stops", style="dim")),
+                live.update(Group(render(view, compact=True), Text(f"changed at {now():%H:%M:%S}; Ctrl-C stops", style="dim")),
                             refresh=True)
                 shown += 1
         return shown
