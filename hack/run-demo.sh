@@ -2,7 +2,8 @@
 # `make run`: a local control plane, the real node with the chart installed on it (the operator's replicas and the
 # agent, from the image `make image` built), and the demo, in one command. Ctrl-C stops everything.
 # What it prints is what the operator found: the profiles, the classes it made, the admission warning and the
-# findings (status, the operator's Events, PolicyReports), printed again whenever they change. Without the real node
+# findings (status, each profile's worst finding by impact, the operator's Events, PolicyReports), printed again
+# only when something in them changes (`mountwarden dev-cluster watch`: in place on a terminal, appended otherwise). Without the real node
 # (MOUNTWARDEN_DEMO_REAL_NODE=0: no QEMU needed) the operator runs as a process here, its log in a file (named below).
 set -euo pipefail
 state=${1:-.state/dev-cluster}
@@ -148,47 +149,12 @@ spec:
 YAML
 fi
 
-found() {
-  echo "StorageProfiles (a consumer pattern each) and the StorageClass carrying their options:"
-  kubectl get storageprofiles -o custom-columns='PROFILE:.metadata.name,POLICY:.spec.cachePolicy,CLASS:.status.storageClassName,VERSION:.status.version,READY:.status.conditions[?(@.type=="Ready")].reason,COMPLIANT:.status.conditions[?(@.type=="Compliant")].reason,CREDITS:.status.credits.state'
-  echo
-  echo "Their versioned StorageClasses:"
-  kubectl get storageclasses -l mountwarden.io/profile -o custom-columns='CLASS:.metadata.name,SUPERSEDED-BY:.metadata.annotations.mountwarden\.io/superseded-by,MOUNT-OPTIONS:.mountOptions'
-  echo
-  echo "Compliance and credits, as each profile's status says them:"
-  kubectl get storageprofiles -o jsonpath='{range .items[*]}  {.metadata.name}: {.status.conditions[?(@.type=="Compliant")].message}{"\n"}    credits: {.status.credits.message}{"\n"}{end}'
-  echo
-  if [ "$real_node" = 1 ]; then
-    echo "What lab-node-0's kubelet really mounted, as its agent reports it (NodeMountReport lab-node-0):"
-    kubectl get nodemountreport lab-node-0 -o jsonpath='{range .spec.volumes[*]}  {.volumeName} ({.server}:{.export}, superblock {.superblock}): {.effectiveOptions}{"\n"}{end}{range .spec.sqlite[*]}  SQLite: {.path} ({.mode}, {.severity}){"\n"}{end}' 2>/dev/null ||
-      echo "  (the agent has not written it yet)"
-    echo
-  fi
-  echo "What the operator said (its Events on profiles and pods, oldest first):"
-  kubectl get events -A --field-selector source=kopf --sort-by=.metadata.creationTimestamp \
-    -o custom-columns='KIND:.involvedObject.kind,NAME:.involvedObject.name,TYPE:.type,REASON:.reason,MESSAGE:.message' |
-    { IFS= read -r header && echo "$header"; tail -n 12; }
-  echo
-  echo "Findings as PolicyReports (one per namespace, one cluster-wide):"
-  kubectl get policyreports,clusterpolicyreports -A 2>&1 | sed 's/^No resources found.*/  none yet/'
-}
-
-log "what the operator found (printed again whenever it changes)"
+log "what the operator found (printed again only when it changes: in place on a terminal, one block per change" \
+    "otherwise)"
 echo "try, in another terminal:  export KUBECONFIG=$KUBECONFIG PATH=$MOUNTWARDEN_TESTBIN_DIR:\$PATH"
 echo "    kubectl patch sprof upload-staging --type merge -p '{\"spec\":{\"cachePolicy\":\"strict\"}}'"
 echo "Ctrl-C stops everything."
-last=
-running() {
-  if [ -n "$operator_pid" ]; then kill -0 "$operator_pid" 2>/dev/null; else kubectl get deployment mountwarden-operator \
-    -n mountwarden >/dev/null 2>&1; fi
-}
-while running; do
-  now=$(found 2>&1 || true)
-  if [ "$now" != "$last" ]; then
-    printf '\n\033[1m--- %s\033[0m\n%s\n' "$(date +%H:%M:%S)" "$now"
-    last=$now
-  fi
-  sleep 3
-done
+# The view (mountwarden dev-cluster watch) runs until Ctrl-C, or until the operator started here exits.
+"$mw" dev-cluster watch --state-dir "$state" ${operator_pid:+--while-pid "$operator_pid"}
 log "the operator exited; the end of its log:"
 [ -n "$operator_pid" ] && tail -n 20 "$state/operator.log"

@@ -1,13 +1,16 @@
-"""Subcommands: dev-cluster up|down (a real local control plane with kwok nodes)."""
+"""Subcommands: dev-cluster up|down|watch (a real local control plane with kwok nodes; `make run`'s view)."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
 from rich.markup import escape
 
 from mountwarden.cli._app import app
@@ -19,6 +22,8 @@ from mountwarden.devcluster import (
     DevClusterError,
 )
 from mountwarden.devcluster.binaries import ENV_VAR
+from mountwarden.devcluster.demoview import SELECTORS, fetch_objects
+from mountwarden.devcluster.demoview import watch as watch_views
 
 
 def _default_state_dir() -> Path:
@@ -201,3 +206,64 @@ def down(
         )
     if purge and existed:
         console.print(f"Removed {escape(str(cluster.state_dir))}.", highlight=False, soft_wrap=True)
+
+
+@dev_cluster.command("watch")
+def watch(
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    interval: Annotated[float, typer.Option("--interval", min=0.5, help="Seconds between two looks.")] = 3.0,
+    while_pid: Annotated[
+        int | None, typer.Option("--while-pid", help="Stop when this process (the operator `make run` started) exits.")
+    ] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the view once as one JSON document.")] = False,
+) -> None:
+    """Show what the operator found (`make run`'s view), again only when something in it changes.
+
+    The profiles, their classes, what the nodes' agents report, the operator's latest Events and the
+    PolicyReports, each profile with its worst finding (ranked by impact: `sync` and `lookupcache=none`,
+    a round trip per write and per lookup, before a directory cache's difference). Ages and timestamps are
+    left out, so the view changes only when what it says does. On a terminal it is redrawn in place (Ctrl-C
+    stops); piped or logged, each change is appended as one block under the time it was seen.
+    """
+    cluster = DevCluster(state_dir)
+    if not cluster.kubeconfig.exists():
+        fail(f"no cluster in {escape(str(state_dir))} (no kubeconfig): start one with `mountwarden dev-cluster up "
+             f"--state-dir {escape(str(state_dir))}`, or pass the --state-dir `make run` printed.", code=1)
+
+    def get(kind: str) -> tuple[bool, str]:
+        scope = () if kind in ("storageprofiles", "storageclasses", "nodemountreports", "clusterpolicyreports") \
+            else ("-A",)
+        try:
+            result = cluster.kubectl("get", kind, *scope, *SELECTORS.get(kind, ()), "-o", "json", check=False,
+                                     timeout=60)
+        except subprocess.TimeoutExpired:
+            return False, "kubectl had no answer in 60 s"
+        return result.returncode == 0, result.stdout if result.returncode == 0 else result.stderr
+
+    def fetch():
+        try:
+            return fetch_objects(get)
+        except BinariesError as e:
+            fail(escape(str(e)), code=1)
+
+    if json_output:
+        print_json(fetch().to_json())
+        return
+
+    def keep_going() -> bool:
+        if while_pid is None:
+            return True
+        try:
+            os.kill(while_pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass  # alive, someone else's
+        return True
+
+    view_console = console if console.is_terminal else Console(width=int(os.environ.get("COLUMNS") or 160))
+    try:
+        watch_views(fetch, view_console, interval=interval, keep_going=keep_going, sleep=time.sleep,
+                    now=datetime.now)
+    except KeyboardInterrupt:
+        raise typer.Exit(0) from None

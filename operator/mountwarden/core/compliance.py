@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from mountwarden.core.findings import Finding, Reason, Severity
+from mountwarden.core.findings import Finding
+from mountwarden.core.impact import NO_IMPACT, Impact, by_impact, impact_of
 from mountwarden.core.node.activity import Thresholds
 from mountwarden.core.node.check import check_volume
 from mountwarden.core.node.report import NodeReport, SqliteUse
@@ -97,15 +98,6 @@ class Verdict:
     #: The SQLite databases in use on it that count (none when the profile allows SQLite).
     sqlite: tuple[SqliteUse, ...] = ()
 
-    @property
-    def rank(self) -> int:
-        """Worse verdicts rank lower: critical SQLite, then errors, then warnings, then unknowns."""
-        if any(f.severity is Severity.CRITICAL for f in self.findings):
-            return 0
-        if self.state is VolumeState.DRIFTED:
-            return 1 if any(f.severity is Severity.ERROR for f in self.findings) or self.sqlite else 2
-        return 3 if self.state is VolumeState.UNKNOWN else 4
-
     def offender(self) -> dict:
         return {"pod": self.consumer.pod, "node": self.consumer.node or "", "volume": self.consumer.volume_name,
                 "reason": self.reason, "message": self.message}
@@ -154,15 +146,17 @@ def assess(
         if counted_sqlite:
             message += f"; SQLite in use on it ({counted_sqlite[0].mode} mode)"
         return Verdict(consumer, VolumeState.COMPLIANT, VerdictReason.COMPLIANT, message, findings, counted_sqlite)
-    worst = sorted(problems, key=_finding_rank)[0] if problems else None
+    worst = by_impact(problems)[0] if problems else None
     reason = str(worst.reason) if worst else VerdictReason.SQLITE_ON_NFS
     message = f"{consumer.pod} on {consumer.node}: {worst.message if worst else counted_sqlite[0].message}"
     return Verdict(consumer, VolumeState.DRIFTED, reason, message, findings, counted_sqlite)
 
 
-def _finding_rank(finding: Finding) -> tuple[int, int]:
-    specific = 0 if finding.reason is not Reason.OPTION_MISMATCH else 1
-    return (0 if finding.severity is Severity.ERROR else 1, specific)
+_OFFENDER_ORDER = (VolumeState.DRIFTED, VolumeState.UNKNOWN, VolumeState.COMPLIANT)
+
+
+def _worst_impact(verdict: Verdict) -> Impact:
+    return max((impact_of(finding) for finding in verdict.findings if finding.counts), default=NO_IMPACT)
 
 
 @dataclass(frozen=True)
@@ -199,8 +193,12 @@ class ProfileCompliance:
                        for v in self.verdicts if v.state is VolumeState.UNKNOWN)
 
     def worst_offenders(self) -> list[Verdict]:
+        """Drifted, then unknown, then compliant with SQLite on them; each by its worst finding's impact
+        (core/impact.py), then by pod and volume."""
         offending = [v for v in self.verdicts if v.state is not VolumeState.COMPLIANT or v.sqlite]
-        return sorted(offending, key=lambda v: (v.rank, v.consumer.pod, v.consumer.volume_name))[:WORST_OFFENDERS]
+        ordered = sorted(offending, key=lambda v: (v.consumer.pod, v.consumer.volume_name))
+        ordered.sort(key=_worst_impact, reverse=True)
+        return sorted(ordered, key=lambda v: _OFFENDER_ORDER.index(v.state))[:WORST_OFFENDERS]
 
     def condition(self) -> tuple[str, str, str]:
         """The Compliant condition: (status, reason, message)."""
