@@ -6,7 +6,11 @@ import io
 import pytest
 from rich.console import Console
 from tests.integration.test_compliance import pod_with, report_once, volume_for
-from tests.integration.test_policy_reports import operator_with_reports, policy_report_crds  # noqa: F401 (fixtures)
+from tests.integration.test_policy_reports import (  # noqa: F401 (fixtures)
+    openreports_crds,
+    operator_with_reports,
+    policy_report_crds,
+)
 from tests.procroot import Mount, assemble_proc_root
 from tests.support import profile_body, wait_for
 
