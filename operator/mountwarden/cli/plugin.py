@@ -528,7 +528,8 @@ def who_command(
 
 
 def main() -> None:
-    plugin()
+    # As kubectl shows it to the user, whichever way it was started (kubectl, krew's launcher, python -m).
+    plugin(prog_name="kubectl mountwarden")
 
 
 if __name__ == "__main__":
