@@ -143,6 +143,15 @@ def test_why_says_what_is_missing_and_what_to_do(cluster, kube, operator, namesp
     text = kubectl_mountwarden(cluster, "why", "waiting", kubeconfig=kubeconfig).stdout
     assert f"no NodeMountReport for node {node} yet" in text and "kubectl get pods -A" in text, text
 
+    # --context names the context, as kubectl's: its namespace is the default; an unknown one is said.
+    context = cluster.kubectl("config", "current-context").stdout.strip()
+    chosen = json.loads(kubectl_mountwarden(cluster, "why", "waiting", "--context", context, "-o", "json",
+                                            kubeconfig=kubeconfig).stdout)
+    assert chosen["pod"]["uid"] == document["pod"]["uid"]
+    wrong = kubectl_mountwarden(cluster, "why", "waiting", "--context", "no-such-context", check=False,
+                                kubeconfig=kubeconfig)
+    assert wrong.returncode == 2 and "cannot read the kubeconfig" in wrong.stderr and "no-such-context" in wrong.stderr
+
     unknown = kubectl_mountwarden(cluster, "who", "no-such-claim", check=False, kubeconfig=kubeconfig)
     assert unknown.returncode == 1 and "neither a PersistentVolumeClaim no-such-claim" in unknown.stderr
 
