@@ -286,9 +286,12 @@ def why_document(session: Session, pod_name: str) -> dict:
             "events": _events(session, session.namespace, uid), "notes": list(inventory.notes)}
 
 
+#: The severities, worst first, each with its colour.
+_SEVERITY_STYLE = {str(Severity.CRITICAL): "bold red", str(Severity.ERROR): "red", str(Severity.WARNING): "yellow"}
+
+
 def _severity_style(severity: str) -> str:
-    return {str(Severity.CRITICAL): "bold red", str(Severity.ERROR): "red", str(Severity.WARNING): "yellow"}.get(
-        severity, "dim")
+    return _SEVERITY_STYLE.get(severity, "dim")
 
 
 def _names(*lists: Iterable[str] | None) -> list[str]:
@@ -343,16 +346,21 @@ def _first_sentence(text: str) -> str:
 
 
 def _add_findings(branch: Tree, findings: list[dict], wide: bool) -> None:
-    """Each finding under its reason; a remedy said once for the findings that share it (as the runbook says it)."""
-    groups: dict[tuple[str, str, str], list[dict]] = {}
+    """Each finding under its reason, with its severity; a remedy said once for the findings that share it (in the
+    runbook's words)."""
+    groups: dict[tuple[str, str], list[dict]] = {}
     for finding in findings:
-        groups.setdefault((finding["reason"], finding["severity"], finding["remedy"]), []).append(finding)
-    for (reason, severity, remedy), members in groups.items():
-        count = f" x{len(members)}" if len(members) > 1 else ""
-        group = branch.add(f"[{_severity_style(severity)}]{reason}[/] ({severity}){count}")
+        groups.setdefault((finding["reason"], finding["remedy"]), []).append(finding)
+    for (reason, remedy), members in groups.items():
+        worst = min((f["severity"] for f in members), key=lambda s: list(_SEVERITY_STYLE).index(s)
+                    if s in _SEVERITY_STYLE else len(_SEVERITY_STYLE))
+        group = branch.add(f"[{_severity_style(worst)}]{reason}[/]" + (f" x{len(members)}" if len(members) > 1 else ""))
         for finding in members:
-            group.add(escape(finding["message"] if wide else _first_sentence(finding["message"])))
-        group.add(f"[green]remedy:[/] {escape(remedy or '-')}")
+            message = finding["message"] if wide else _first_sentence(finding["message"])
+            group.add(f"[{_severity_style(finding['severity'])}]{finding['severity']}[/]: {escape(message)}")
+        first, _, rest = (remedy or "-").partition("\n")  # SQLite's goes on with a pod template: -o wide shows it
+        group.add(f"[green]remedy:[/] {escape(remedy if wide else first)}"
+                  + (" [dim](-o wide: the whole remedy)[/]" if rest and not wide else ""))
 
 
 def show_why(document: dict, wide: bool) -> None:
