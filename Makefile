@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 LOCK := requirements/dev.txt
 UV_VERSION := 0.13.9
 
-.PHONY: node image image-lock help venv lock testbin lab kernel-facts lint crds docs test unit integration run bench chart clean promtool
+.PHONY: krew node image image-lock help venv lock testbin lab kernel-facts lint crds docs test unit integration run bench chart clean promtool
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -98,6 +98,9 @@ bench: venv testbin lab node image ## Run every benchmark once; figures in bench
 		MOUNTWARDEN_NODE_IMAGE_DIR=$$(hack/lab/build.sh node) MOUNTWARDEN_NODEBIN_DIR=$$(hack/nodebin/build.sh) \
 		MOUNTWARDEN_IMAGE_DIR=$$(hack/image/build.sh) \
 		$(BIN)/python bench/run.py $(BENCH_ARGS)
+
+krew: venv ## Build the krew archive of `kubectl mountwarden` into dist/krew/ (reproducible; its sha256 is in plugins/krew/mountwarden.yaml)
+	$(BIN)/python hack/krew/archive.py dist/krew/kubectl-mountwarden.tar.gz
 
 clean: ## Remove the virtual environment and local state (not the testbin cache)
 	-$(BIN)/mountwarden dev-cluster down --state-dir $(STATE) --purge 2>/dev/null

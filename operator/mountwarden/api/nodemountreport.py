@@ -249,7 +249,7 @@ class SqliteDatabase(ApiModel):
 
     def to_use(self) -> SqliteUse:
         return SqliteUse(self.pod_uid, self.volume_name, Severity(self.severity), str(self.mode), self.path,
-                         self.message)
+                         self.message, self.remedy)
 
 
 class UserspaceNfsClient(ApiModel):

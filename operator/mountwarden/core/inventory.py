@@ -83,6 +83,8 @@ class PodVolume:
     reason: str
     effective_options: tuple[str, ...] | None = None
     findings: tuple[Finding, ...] = ()
+    #: The verdict said in a sentence (why it is unknown: no report, not mounted); for `kubectl mountwarden why`.
+    message: str = ""
 
     def to_dict(self) -> dict:
         return {"pod": self.pod, "uid": self.uid, "node": self.node, "contract": self.contract,
@@ -328,14 +330,16 @@ def take_inventory(facts: ClusterFacts, *, now: datetime, stale_after: timedelta
                                  now=now, stale_after=stale_after)
                 view.pods.append(PodVolume(f"{pod.namespace}/{pod.name}", pod.uid, pod.node, governed_by,
                                            verdict.state, verdict.reason,
-                                           placed[1].effective_options if placed else None, verdict.findings))
+                                           placed[1].effective_options if placed else None, verdict.findings,
+                                           verdict.message))
                 governed.append((fs, governed_by, verdict))
             elif placed is not None:
                 node, mount = placed
                 ungoverned.append(_ungoverned(pod, node, name, mount, facts.reports[node], volume, efs=efs))
             else:
+                reason, message = _unseen(pod, facts.reports)
                 view.pods.append(PodVolume(f"{pod.namespace}/{pod.name}", pod.uid, pod.node, BASELINE,
-                                           VolumeState.UNKNOWN, _unseen(pod, facts.reports)))
+                                           VolumeState.UNKNOWN, reason, message=message))
     ungoverned += [_ungoverned(pod, node, mount.volume_name, mount, facts.reports[node], None,
                                efs=bool(efs_file_system_of(mount.server))) for node, mount, pod in inline]
 
@@ -376,8 +380,10 @@ def _file_baseline(verdict: BaselineVerdict | None, findings: Sequence[Finding],
     counting = [f for f in findings if f.counts]
     state = VolumeState.DRIFTED if counting else VolumeState.COMPLIANT
     reason = str(counting[0].reason) if counting else ("MeetsBaseline" if verdict is not None else "BaselineOff")
+    message = counting[0].message if counting else (f"{mount.pod} mounts {mount.volume_name} within the baseline"
+                                                     if verdict is not None else "the baseline is off")
     pod_volume = PodVolume(mount.pod, mount.pod_uid, mount.node, BASELINE, state, reason,
-                           mount.mount.effective_options, tuple(findings))
+                           mount.mount.effective_options, tuple(findings), message)
     if mount.persistent:
         view = views[mount.volume_name]
         view.pods.append(pod_volume)
@@ -391,10 +397,14 @@ def _file_baseline(verdict: BaselineVerdict | None, findings: Sequence[Finding],
         fs.findings += verdict.published()
 
 
-def _unseen(pod: PodLike, reports: Mapping[str, NodeReport]) -> str:
+def _unseen(pod: PodLike, reports: Mapping[str, NodeReport]) -> tuple[str, str]:
+    """Why an ungoverned pod volume has no verdict: its reason, and the same in a sentence."""
     if pod.node is None:
-        return "NotScheduled"
-    return "NotMounted" if pod.node in reports else "ReportMissing"
+        return "NotScheduled", f"{pod.namespace}/{pod.name} is not on a node yet"
+    if pod.node in reports:
+        return "NotMounted", (f"the report of node {pod.node} shows no mount of it for {pod.namespace}/{pod.name} "
+                              "(not mounted yet, or not a network filesystem)")
+    return "ReportMissing", f"no NodeMountReport for node {pod.node}: is the mountwarden agent running there?"
 
 
 def _adoption(volume: NetworkVolume, adopters: Sequence[Adopter]) -> dict | None:

@@ -70,10 +70,12 @@ class SqliteUse:
     mode: str
     path: str | None
     message: str
+    #: What to do, as the agent said it (the runbook's SQLiteOnNFS remedy, with the local volume for the pod).
+    remedy: str = ""
 
     def finding(self) -> Finding:
         evidence = {"mode": self.mode, "path": self.path or ""}
-        return Finding(Reason.SQLITE_ON_NFS, self.severity, self.message,
+        return Finding(Reason.SQLITE_ON_NFS, self.severity, self.message, self.remedy,
                        evidence={key: value for key, value in evidence.items() if value})
 
 
