@@ -5,7 +5,7 @@ small request per pod volume per scan (on EFS each metered as one 4 KiB metadata
 asks about the directory the mount was made of, so it also finds a mount whose directory the server
 no longer knows (ESTALE): mounts of one superblock can differ in that, since a directory replaced on
 the server leaves the mounts made before stale and those made after fine (kernel lab,
-tests/kernel/test_mount_failures.py). So every pod volume is asked, not one per superblock.
+tests/kernel/test_kernel_mount_failures.py). So every pod volume is asked, not one per superblock.
 
 On a hard mount whose server is away the call blocks in the kernel until the server comes back
 (killably: SIGKILL ends it), so the probes go through the proc root's BoundedCalls

@@ -1,7 +1,7 @@
 """The judgement of broken mounts, pure: what each fact the agent (or the operator) sees makes of a pod or a node.
 
-The kernel produces every one of these for real in tests/kernel/test_mount_failures.py,
-tests/kernel/test_server_not_responding.py and tests/realnode/test_mount_failures.py; here each rule is
+The kernel produces every one of these for real in tests/kernel/test_kernel_mount_failures.py,
+tests/kernel/test_server_not_responding.py and tests/realnode/test_real_node_mount_failures.py; here each rule is
 held to its edges.
 """
 
