@@ -1,5 +1,8 @@
 """The real node as a fixture: the kernel lab VM joined to the session's local control plane, with the chart on it.
 
+One node for the whole session (a boot, the image's import and the chart's start take minutes under TCG, so every
+real-node module shares them); each module leaves the release as it found it (`release_as_found`).
+
 `real_node` runs containerd, runc and a kubelet built from the same source as the control plane, with a kernel NFS
 server beside it; mountwarden's image (`make image`) is imported into its containerd and charts/mountwarden is
 installed: the operator's two replicas and the agent run there as containers, and the agent's pod writes
@@ -7,13 +10,14 @@ lab-node-0's NodeMountReport. It fails (never skips) when the node cannot join o
 the kubelet's last log lines or the pods' states.
 """
 
+import json
 from collections.abc import Iterator
 
 import pytest
 from tests.support import wait_for
 
 from mountwarden.devcluster import DevClusterError
-from mountwarden.lab.node import CHART_NAMESPACE, NODE_NAME, RealNode
+from mountwarden.lab.node import CHART_NAMESPACE, CHART_RELEASE, NODE_NAME, RealNode
 
 #: Under TCG the replicas start in minutes (imports, then kopf's first lists), more when the host is busy.
 CHART_START_SECONDS = 1800
@@ -28,10 +32,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.cluster)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def real_node(cluster, mountwarden_image) -> Iterator[RealNode]:
-    """The real node for this module's tests, the chart installed on it; gone afterwards (the release, the Node
-    object, its report), so that later tests on the session's cluster never meet a node or a release not theirs."""
+    """The real node for the session's real-node tests, the chart installed on it; gone afterwards (the release, the
+    Node object, its report), so that later tests on the session's cluster never meet a node or a release not theirs."""
     if cluster.dev_cluster is None:
         pytest.fail("the real node joins the local control plane: unset MOUNTWARDEN_TEST_CLUSTER", pytrace=False)
     try:
@@ -72,7 +76,23 @@ def node_report(kube) -> dict | None:
         return None
 
 
-@pytest.fixture(scope="module")
+def release_revision(cluster) -> int:
+    return int(json.loads(cluster.dev_cluster.helm("status", CHART_RELEASE, "-n", CHART_NAMESPACE,
+                                                   "-o", "json").stdout)["version"])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def release_as_found(real_node, cluster) -> Iterator[None]:
+    """What a module changes with `helm upgrade` it takes back (`helm rollback` to the revision it found), so the
+    next module on the shared node starts from the chart as installed."""
+    found = release_revision(cluster)
+    yield
+    if release_revision(cluster) != found:
+        cluster.dev_cluster.helm("rollback", CHART_RELEASE, str(found), "-n", CHART_NAMESPACE,
+                                 "--wait", "--timeout", f"{CHART_START_SECONDS}s")
+
+
+@pytest.fixture(scope="session")
 def chart(real_node, kube) -> RealNode:
     """The chart at work on the node: one operator replica active (serving the webhooks) and the agent's report
     written, which the API server admits only once that replica answers its webhook through the Service."""

@@ -235,8 +235,11 @@ def test_sqlite_detection_needs_dac_read_search_and_says_what_it_cannot_see_with
     report, _ = agent_once(cluster, kube, namespace, f"sqlite-{unique}", args=["--probe-timeout=0"],
                            drop=("DAC_READ_SEARCH",))
     (finding,) = [f for f in report["sqlite"] if f.get("podUid") == uid]
-    assert "path" not in finding and "volumeName" not in finding
+    # Its files unread, the database has no path; its pod (the cgroup, readable by all) has one volume on that
+    # superblock, so the volume is certain all the same.
+    assert "path" not in finding and finding["volumeName"] == pv, finding
     assert "OpenFilesForbidden" in finding["message"] and "CAP_DAC_READ_SEARCH" in finding["message"]
+    assert "which file this is is unknown" in finding["message"], finding["message"]
     # The chart's own agent, with DAC_READ_SEARCH: the database, its pod and its volume.
     agent = wait_for(lambda: (pod := agent_pod(kube)) and "--no-sqlite-scan" not in pod.spec.containers[0].args
                      and pod, timeout=CHART_START_SECONDS, interval=5, what="the agent rolled with SQLite detection")

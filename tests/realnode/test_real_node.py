@@ -87,12 +87,13 @@ def reported(kube, pod_uid: str) -> dict | None:
 DATABASE = "/data/app.db"
 
 
-def sqlite_reported(kube) -> list[dict]:
+def sqlite_reported(kube, pod_uid: str) -> list[dict]:
     try:
         report = kube.custom.get_cluster_custom_object("mountwarden.io", "v1alpha1", "nodemountreports", NODE_NAME)
     except Exception:  # not written yet
         return []
-    return [found for found in report["spec"].get("sqlite") or [] if found.get("path") == DATABASE]
+    return [found for found in report["spec"].get("sqlite") or []
+            if found.get("path") == DATABASE and found.get("podUid") == pod_uid]
 
 
 def _lock_device(fields: list[str]) -> str:
@@ -269,7 +270,7 @@ def test_a_pod_holding_a_sqlite_lock_on_nfs_is_found(real_node, kube, chart, nam
     assert events[0].startswith(f"{pv} on {NODE_NAME}: SQLite database {DATABASE} in rollback-journal mode on nfs4 "
                                 f"{mount_point}: pid "), events
     assert "holds RESERVED" in events[0], events
-    (found,) = wait_for(lambda: (r := sqlite_reported(kube)) and r, timeout=TIMEOUT, what="the database reported")
+    (found,) = wait_for(lambda: (r := sqlite_reported(kube, uid)) and r, timeout=TIMEOUT, what="the database reported")
     device = mountinfo_line(real_node, uid, pv).split()[2]
     assert (found["path"], found["mode"], found["lock"], found["podUid"], found["volumeName"], found["mountPoint"],
             found["device"]) == (DATABASE, "rollback", "RESERVED", uid, pv, mount_point, device), found

@@ -389,6 +389,14 @@ def test_mount_of_a_shared_superblock_is_the_process_pods_own():
     assert (one_volume.mount_point, one_volume.volume_name) == (EFS.mount_point, "pvc-42")
 
 
+def test_a_pod_with_two_volumes_on_one_superblock_names_neither_without_the_path():
+    # Two PVs of one export in one pod: the kernel shares the superblock, so the device cannot say which.
+    second = NetworkMount(0, 53, KUBELET_MOUNT.replace("pvc-42", "pvc-44"), "nfs4", POD, "pvc-44")
+    lines = locks("1: POSIX  ADVISORY  READ 7 00:35:1001 1073741826 1073742335")
+    unread = only(find_sqlite_databases(lines, [EFS, second], {7: process(7, pod=POD)}))
+    assert (unread.pod_uid, unread.volume_name, unread.path) == (POD, None, None)
+
+
 @pytest.mark.parametrize(
     ("mount_point", "kubelet_root", "expected"),
     [

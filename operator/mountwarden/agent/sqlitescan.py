@@ -279,10 +279,11 @@ def report_findings(proc_root: ProcRoot, mounts: Sequence[nodescan.ScannedMount]
     for finding in scan.findings:
         document = finding.to_dict()
         if finding.pid in scan.unreadable:
+            unknown = "which file this is" + ("" if finding.volume_name else " and which pod volume holds it")
             document["message"] += (
                 f" {FILES_FORBIDDEN}: the agent may not read process {finding.pid}'s open files (/proc/{finding.pid}/fd "
-                "belongs to another user): which file this is and which pod volume holds it are unknown; it needs "
-                "CAP_DAC_READ_SEARCH (the chart's agent.readOtherProcesses grants it).")
+                f"belongs to another user): {unknown} is unknown; it needs CAP_DAC_READ_SEARCH (the chart's "
+                "agent.readOtherProcesses grants it).")
         findings.append(SqliteDatabase.model_validate(document))
     return findings
 

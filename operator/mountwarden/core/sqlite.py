@@ -579,7 +579,9 @@ def _mount_of(candidates: Sequence[NetworkMount], pod_uid: str | None) -> tuple[
     """
     same_pod = [mount for mount in candidates if pod_uid is not None and mount.pod_uid == pod_uid]
     if same_pod:
-        return same_pod[0], same_pod[0].volume_name
+        # Two volumes of the pod on one superblock: which holds the file, only its path could tell.
+        certain = len({mount.volume_name for mount in same_pod}) == 1
+        return same_pod[0], same_pod[0].volume_name if certain else None
     pod_volumes = [mount for mount in candidates if mount.volume_name is not None]
     if len({mount.volume_name for mount in pod_volumes}) == 1:
         return pod_volumes[0], pod_volumes[0].volume_name
