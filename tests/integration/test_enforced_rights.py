@@ -143,30 +143,39 @@ def release(cluster, crds_installed) -> Iterator[Release]:
             agent_node=node,
             unbound_agent=token_client(cluster, pod_token(cluster, namespace, f"{fullname}-agent", None)),
         )
-        wait_until_enforced(handle)
+        wait_until_enforced(cluster, handle)
         yield handle
     finally:
         for kind in ("validatingadmissionpolicybindings", "validatingadmissionpolicies", "clusterrolebindings",
                      "clusterroles", "validatingwebhookconfigurations"):
             cluster.kubectl("delete", kind, "-l", f"app.kubernetes.io/instance={name}", "--ignore-not-found")
+        cluster.kubectl("delete", "pv", f"probe-{name}", "--ignore-not-found", "--wait=false")
         cluster.kubectl("delete", "namespace", namespace, workloads, "--wait=false")
 
 
-def wait_until_enforced(release: Release) -> None:
-    """The API server loads policies and bindings asynchronously: wait until each refuses a dry run of its own."""
-    core = kubernetes.client.CoreV1Api(release.operator)
+def wait_until_enforced(cluster, release: Release) -> None:
+    """The API server loads policies and bindings asynchronously (an informer each): wait until every policy
+    refuses a dry run of a change it forbids, on objects made for that alone."""
+    probe = f"probe-{release.name}"
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(workload("Deployment", probe, release.workloads)))
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(volume(probe, release.name)))
+    core, apps = kubernetes.client.CoreV1Api(release.operator), kubernetes.client.AppsV1Api(release.operator)
+    admission = kubernetes.client.AdmissionregistrationV1Api(release.operator)
+    labelled = {"metadata": {"labels": {"example.com/probe": "x"}}}
     probes = {
+        "operator-workloads": lambda: apps.patch_namespaced_deployment(probe, release.workloads, labelled,
+                                                                       dry_run="All"),
+        "operator-volumes": lambda: core.patch_persistent_volume(probe, labelled, dry_run="All"),
         "operator-pods": lambda: core.patch_namespaced_pod(
             release.other_pod, release.namespace, {"metadata": {"labels": {ACTIVE: "true"}}}, dry_run="All"),
+        "operator-enforce": lambda: admission.patch_validating_webhook_configuration(
+            release.enforce, labelled, dry_run="All"),
         "agent-reports": lambda: kubernetes.client.CustomObjectsApi(release.unbound_agent).create_cluster_custom_object(
             GROUP, VERSION, REPORTS, report("nobody"), dry_run="All"),
-        # The others refuse an object that does not exist before anything: refused by RBAC's 404, not a policy.
     }
-    for suffix, probe in probes.items():
-        wait_for(lambda probe=probe, suffix=suffix: (e := refusal(probe)) is not None and
+    for suffix, call in probes.items():
+        wait_for(lambda call=call, suffix=suffix: (e := refusal(call)) is not None and
                  f"'{release.policy(suffix)}'" in (e.body or ""), timeout=60, what=f"policy {suffix} enforced")
-    # Every policy is loaded by the same informer; one more round for the three probed above was not needed so far,
-    # but a policy not yet loaded would make its test fail (a forbidden change allowed), never pass wrongly.
 
 
 def report(node: str, **spec) -> dict:
@@ -243,17 +252,20 @@ def test_the_operator_may_only_restart_a_workload(cluster, release, kind):
     as_admin(name, release.workloads, forbidden["the image"])
 
 
+def volume(name: str, release: str) -> dict:
+    return {"apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": name, "labels": {"app.kubernetes.io/instance": release},
+                         "annotations": {"example.com/team": "storage"}},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
+                     "persistentVolumeReclaimPolicy": "Retain", "mountOptions": ["vers=4.1"],
+                     "nfs": {"server": "fs.example.com", "path": "/"}}}
+
+
 # -- PersistentVolumes: mountOptions and mountwarden.io/ annotations ------------------------------------------------
 
 def test_the_operator_may_only_set_a_volumes_mount_options_and_its_annotations(cluster, release):
     name = f"pv-{release.name}"
-    cluster.kubectl("apply", "-f", "-", input=json.dumps({
-        "apiVersion": "v1", "kind": "PersistentVolume",
-        "metadata": {"name": name, "labels": {"app.kubernetes.io/instance": release.name},
-                     "annotations": {"example.com/team": "storage"}},
-        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
-                 "persistentVolumeReclaimPolicy": "Retain", "mountOptions": ["vers=4.1"],
-                 "nfs": {"server": "fs.example.com", "path": "/"}}}))
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(volume(name, release.name)))
     try:
         core = kubernetes.client.CoreV1Api(release.operator)
         admin = kubernetes.client.CoreV1Api(release.admin)
@@ -316,6 +328,25 @@ def test_the_operator_may_only_label_its_own_pod_active(release):
                           policy, message, what)
     assert ACTIVE not in (admin.read_namespaced_pod(release.other_pod, release.namespace).metadata.labels or {})
     admin.patch_namespaced_pod(release.other_pod, release.namespace, {"metadata": {"labels": {ACTIVE: "true"}}})
+
+
+def test_the_operator_still_evicts_a_replica_anywhere(cluster, release):
+    """Evictions (a rollout's remount) are a subresource no policy narrows: PodDisruptionBudgets decide."""
+    make_pod(cluster, release.workloads, "replica", "default", cluster.node_names[2])
+    uid = kubernetes.client.CoreV1Api(release.admin).read_namespaced_pod("replica", release.workloads).metadata.uid
+    eviction = kubernetes.client.V1Eviction(
+        api_version="policy/v1", kind="Eviction",
+        metadata=kubernetes.client.V1ObjectMeta(name="replica", namespace=release.workloads),
+        delete_options=kubernetes.client.V1DeleteOptions(preconditions=kubernetes.client.V1Preconditions(uid=uid)))
+    kubernetes.client.CoreV1Api(release.operator).create_namespaced_pod_eviction("replica", release.workloads, eviction)
+    def going() -> bool:
+        try:
+            pod = kubernetes.client.CoreV1Api(release.admin).read_namespaced_pod("replica", release.workloads)
+        except ApiException as error:
+            return error.status == 404
+        return pod.metadata.uid != uid or pod.metadata.deletion_timestamp is not None
+
+    wait_for(going, what="the evicted replica going")
 
 
 # -- the -enforce configuration: deny webhooks of mountwarden's shape only ----------------------------------------
