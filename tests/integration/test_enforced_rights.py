@@ -421,6 +421,10 @@ def test_the_agent_writes_only_its_own_nodes_report_and_only_its_spec(cluster, r
         assert_refused_by(lambda: custom.create_cluster_custom_object(GROUP, VERSION, REPORTS, report(other)),
                           policy, f"{foreign} (spec.nodeName), not {other}")
         assert_refused_by(lambda: ReportWriter(release.agent, other).sync(spec_for(other)), policy, foreign)
+        # Another node's name on a report that describes this one: refused too (each report's name is its node's).
+        misnamed = {**report(node), "metadata": {"name": other}}
+        assert_refused_by(lambda: custom.create_cluster_custom_object(GROUP, VERSION, REPORTS, misnamed),
+                          policy, f"{foreign} (spec.nodeName), not {other}")
         stored = custom.get_cluster_custom_object(GROUP, VERSION, REPORTS, node)
         lying = {**stored, "spec": {**stored["spec"], "nodeName": other}}
         assert_refused_by(lambda: custom.replace_cluster_custom_object(GROUP, VERSION, REPORTS, node, lying),
