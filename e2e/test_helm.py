@@ -212,7 +212,8 @@ def report(name: str) -> dict:
                      "networkFstypes": ["nfs4"]}}
 
 
-def test_with_no_operator_answering_only_the_agents_reports_and_deny_profiles_claims_are_refused(cluster, release, namespace):
+def test_with_no_operator_answering_only_the_agents_reports_and_deny_profiles_claims_are_refused(cluster, release, namespace,
+                                                                                                tmp_path):
     """The webhooks are live in the API server, and no operator serves them here (kwok runs no process)."""
     endpoints = kubectl_json(cluster, "get", "endpointslices", "-n", NS, "-l",
                              f"kubernetes.io/service-name={RELEASE}-webhook")["items"]
@@ -223,9 +224,19 @@ def test_with_no_operator_answering_only_the_agents_reports_and_deny_profiles_cl
     cluster.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(claim))
     # Administrators' writes of reports never call the webhook (its matchCondition names the agent).
     cluster.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(report("e2e-admin")))
-    # The agent's do, and fail closed.
+    # The agent's: an impersonated agent's token names no node, and the API server's own policy refuses it before
+    # any webhook is called (ValidatingAdmissionPolicies run first)...
     refused = cluster.kubectl("create", "--dry-run=server", "-f", "-", f"--as={AGENT_ACCOUNT}",
                               input=json.dumps(report(cluster.node_names[0])), check=False)
+    assert refused.returncode != 0
+    assert f"ValidatingAdmissionPolicy '{RELEASE}-agent-reports'" in refused.stderr
+    # ...and an agent pod's own token, for its own node's report, passes the policy and calls the webhook, which
+    # fails closed.
+    agent = pods(cluster, "agent")[0]
+    kubeconfig = token_kubeconfig(cluster, tmp_path / "agent.kubeconfig", pod_token(cluster, NS, f"{RELEASE}-agent", agent))
+    refused = subprocess.run([str(cluster.kubectl_path), f"--kubeconfig={kubeconfig}", "create", "--dry-run=server",
+                              "-f", "-"], input=json.dumps(report(agent["spec"]["nodeName"])), capture_output=True,
+                             text=True, timeout=60)
     assert refused.returncode != 0
     assert 'failed calling webhook "nodemountreport.mountwarden.io"' in refused.stderr
 

@@ -28,6 +28,9 @@ CHART = ROOT / "charts" / "mountwarden"
 RELEASE, NAMESPACE = "mountwarden", "storage-system"
 FULLNAME = "mountwarden"
 AGENT_USERNAME = f"system:serviceaccount:{NAMESPACE}:{FULLNAME}-agent"
+OPERATOR_USERNAME = f"system:serviceaccount:{NAMESPACE}:{FULLNAME}-operator"
+#: The ValidatingAdmissionPolicies (admission-policies.yaml), each bound under its own name.
+ADMISSION_POLICIES = ("operator-workloads", "operator-volumes", "operator-pods", "operator-enforce", "agent-reports")
 #: helm built from source (hack/testbin) defaults to Kubernetes 1.20 without the release ldflags: name the
 #: version the tests run against.
 KUBE_VERSION = next(line.split("=", 1)[1] for line in (ROOT / "hack/testbin/versions.env").read_text().splitlines()
@@ -140,10 +143,13 @@ def test_a_default_render_makes_these_objects(default):
         ("Service", f"{FULLNAME}-agent-metrics"), ("Service", f"{FULLNAME}-operator-metrics"),
         ("Service", f"{FULLNAME}-webhook"),
         ("ServiceAccount", f"{FULLNAME}-agent"), ("ServiceAccount", f"{FULLNAME}-operator"),
+        *((kind, f"{FULLNAME}-{policy}") for policy in ADMISSION_POLICIES
+          for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")),
         ("ValidatingWebhookConfiguration", FULLNAME), ("ValidatingWebhookConfiguration", f"{FULLNAME}-enforce"),
     ])
     namespaced = [d for d in default if d["kind"] not in (
-        "ClusterKopfPeering", "ClusterRole", "ClusterRoleBinding", "ValidatingWebhookConfiguration")]
+        "ClusterKopfPeering", "ClusterRole", "ClusterRoleBinding", "ValidatingWebhookConfiguration",
+        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")]
     assert {d["metadata"]["namespace"] for d in namespaced} == {NAMESPACE}
 
 
@@ -729,6 +735,79 @@ def test_the_agent_reads_its_node_and_its_pods_and_writes_reports_nothing_else(d
     binding = find(default, "ClusterRoleBinding", f"{FULLNAME}-agent")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": f"{FULLNAME}-agent", "namespace": NAMESPACE}]
     assert not [d for d in default if d["kind"] == "RoleBinding" and d["subjects"][0]["name"].endswith("-agent")]
+
+
+# -- what the API server enforces beyond RBAC (admission-policies.yaml) ------------------------------------------
+# The policies' expressions are checked by the API server itself: tests/integration/test_enforced_rights.py applies
+# them and shows each forbidden change refused, each intended one allowed. Here: what they match, and whom.
+
+#: Each policy: the account it binds, and the (API group, resource) writes it narrows.
+POLICY_SCOPE = {
+    "operator-workloads": ("operator", {("apps", "deployments"), ("apps", "statefulsets"), ("apps", "daemonsets")}),
+    "operator-volumes": ("operator", {("", "persistentvolumes")}),
+    "operator-pods": ("operator", {("", "pods")}),
+    "operator-enforce": ("operator", {("admissionregistration.k8s.io", "validatingwebhookconfigurations")}),
+    "agent-reports": ("agent", {("mountwarden.io", "nodemountreports")}),
+}
+
+
+def policy_scope(policy: dict) -> set[tuple[str, str]]:
+    return {(group, resource) for rule in policy["spec"]["matchConstraints"]["resourceRules"]
+            for group in rule["apiGroups"] for resource in rule["resources"]}
+
+
+def test_each_policy_binds_one_account_everywhere_and_fails_closed(default):
+    usernames = {"operator": OPERATOR_USERNAME, "agent": AGENT_USERNAME}
+    assert sorted(POLICY_SCOPE) == sorted(ADMISSION_POLICIES)
+    for suffix, (account, scope) in POLICY_SCOPE.items():
+        policy = find(default, "ValidatingAdmissionPolicy", f"{FULLNAME}-{suffix}")
+        assert policy["apiVersion"] == "admissionregistration.k8s.io/v1"
+        assert policy["spec"]["failurePolicy"] == "Fail"
+        assert policy["spec"]["matchConditions"] == [
+            {"name": account, "expression": f'request.userInfo.username == "{usernames[account]}"'}]
+        assert policy_scope(policy) == scope
+        # Every operation: a create or a delete (which RBAC refuses today) would be refused by the policy too.
+        assert all(rule["operations"] == ["*"] for rule in policy["spec"]["matchConstraints"]["resourceRules"])
+        assert all(v.get("message") or v.get("messageExpression") for v in policy["spec"]["validations"])
+        binding = find(default, "ValidatingAdmissionPolicyBinding", f"{FULLNAME}-{suffix}")
+        # No matchResources: every namespace, kube-system included.
+        assert binding["spec"] == {"policyName": f"{FULLNAME}-{suffix}", "validationActions": ["Deny"]}
+
+
+def test_every_write_on_objects_mountwarden_does_not_own_is_narrowed_by_a_policy(default):
+    """RBAC grants a verb on a resource; the policies narrow it to a field. Whatever the two accounts may write
+    that is not mountwarden's own (its CRs, classes, peering, Events, reports) is covered."""
+    owned = {("mountwarden.io", r) for r in ("storageprofiles", "storageprofiles/status", "networkfilesystems")} | {
+        ("storage.k8s.io", "storageclasses"), ("kopf.dev", "clusterkopfpeerings"), ("", "events"),
+        ("", "pods/eviction"),  # an eviction changes no object: PodDisruptionBudgets decide
+        ("wgpolicyk8s.io", "policyreports"), ("wgpolicyk8s.io", "clusterpolicyreports"),
+        ("openreports.io", "reports"), ("openreports.io", "clusterreports")}
+    writes = {"create", "update", "patch", "delete", "deletecollection"}
+    for account in ("operator", "agent"):
+        written = {(group, resource)
+                   for role in default if role["kind"] in ("ClusterRole", "Role")
+                   and role["metadata"]["name"] == f"{FULLNAME}-{account}"
+                   for rule in role["rules"] if writes & set(rule["verbs"])
+                   for group in rule["apiGroups"] for resource in rule["resources"]}
+        narrowed = set().union(*(scope for holder, scope in POLICY_SCOPE.values() if holder == account))
+        assert written - owned == narrowed, account
+
+
+def test_the_policies_name_the_release_namespace_its_accounts_and_its_webhook_service(render):
+    docs = render(release="storage", namespace="infra")
+    fullname = "storage-mountwarden"
+    for suffix in ADMISSION_POLICIES:
+        policy = find(docs, "ValidatingAdmissionPolicy", f"{fullname}-{suffix}")
+        (condition,) = policy["spec"]["matchConditions"]
+        assert f'"system:serviceaccount:infra:{fullname}-{suffix.split("-")[0]}"' in condition["expression"]
+        assert find(docs, "ValidatingAdmissionPolicyBinding", f"{fullname}-{suffix}")["spec"]["policyName"] == (
+            f"{fullname}-{suffix}")
+    enforce = " ".join(v["expression"] for v in find(
+        docs, "ValidatingAdmissionPolicy", f"{fullname}-operator-enforce")["spec"]["validations"])
+    assert f'request.name == "{fullname}-enforce"' in enforce
+    assert 'w.clientConfig.service.namespace == "infra"' in enforce
+    assert f'w.clientConfig.service.name == "{fullname}-webhook"' in enforce
+    assert "['kube-system', \"infra\"]" in enforce
 
 
 # -- metrics, ServiceMonitors, dashboard ------------------------------------------------------------------------

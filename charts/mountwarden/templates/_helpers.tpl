@@ -90,3 +90,18 @@ term (terms are ORed, a term's expressions ANDed: each term must exclude those n
 {{- end -}}
 {{- toYaml $affinity -}}
 {{- end -}}
+
+{{/* The operator's username, as the API server authenticates its service account's tokens. */}}
+{{- define "mountwarden.operatorUsername" -}}
+system:serviceaccount:{{ .Release.Namespace }}:{{ include "mountwarden.operatorServiceAccount" . }}
+{{- end -}}
+
+{{/*
+CEL: the maps (list NEW OLD FREE) are equal but for the keys k for which the CEL expression FREE holds (an absent
+key and a present one differ). Used by the admission policies (admission-policies.yaml) to say "nothing else
+changed" without naming every field, so that a field added to an API later is covered too.
+*/}}
+{{- define "mountwarden.celSameBut" -}}
+{{- $new := index . 0 -}}{{- $old := index . 1 -}}{{- $free := index . 2 -}}
+({{ $new }}.all(k, {{ $free }} || (k in {{ $old }} && {{ $old }}[k] == {{ $new }}[k])) && {{ $old }}.all(k, {{ $free }} || k in {{ $new }}))
+{{- end -}}
