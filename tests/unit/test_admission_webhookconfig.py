@@ -7,6 +7,7 @@ import aiohttp.web
 import pytest
 
 from mountwarden.adapters.webhookconfig import (
+    drifted,
     excluded_namespaces,
     failures_as_http_errors,
     render_configuration,
@@ -79,3 +80,18 @@ def test_a_failed_review_is_an_http_error_so_that_the_failure_policy_applies():
 ])
 def test_verdicts_pass_unchanged(response):
     assert answered(response)["response"] == response
+
+
+# -- what the repair loop counts as an outside edit ------------------------------------------------------------
+
+def test_drift_is_a_missing_or_changed_webhook_or_a_stale_one_of_mountwardens():
+    written = {"webhooks": [{"name": "a.enforce.mountwarden.io", "failurePolicy": "Fail",
+                             "objectSelector": {"matchLabels": {"app": "a"}, "matchExpressions": []}}]}
+    live_hook = {"name": "a.enforce.mountwarden.io", "failurePolicy": "Fail", "matchPolicy": "Equivalent",
+                 "objectSelector": {"matchLabels": {"app": "a"}}}  # server defaults added, an empty list dropped
+    assert not drifted(written, {"webhooks": [live_hook]})
+    assert drifted(written, None)
+    assert drifted(written, {"webhooks": []})
+    assert drifted(written, {"webhooks": [{**live_hook, "failurePolicy": "Ignore"}]})
+    assert drifted(written, {"webhooks": [live_hook, {"name": "gone.enforce.mountwarden.io"}]})
+    assert not drifted(written, {"webhooks": [live_hook, {"name": "someone.else.example.com"}]})
