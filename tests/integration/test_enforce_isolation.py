@@ -100,6 +100,7 @@ def test_a_deny_profile_the_api_server_refuses_costs_only_itself(cluster, kube, 
         assert admitted.returncode == 0, admitted.stderr
 
         # Outside edits are undone: a webhook turned fail-open, and a stale Fail webhook someone left.
+        assert registrar.repair() is False  # nothing changed: nothing to undo (and the check itself writes nothing)
         repairing.start()
         cluster.kubectl("patch", "validatingwebhookconfiguration", enforce_configuration, "--type=json", "-p",
                         json.dumps([{"op": "replace", "path": "/webhooks/0/failurePolicy", "value": "Ignore"}]))

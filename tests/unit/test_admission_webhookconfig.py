@@ -7,10 +7,10 @@ import aiohttp.web
 import pytest
 
 from mountwarden.adapters.webhookconfig import (
-    drifted,
     excluded_namespaces,
     failures_as_http_errors,
     render_configuration,
+    stale_webhooks,
 )
 
 SERVER = {"url": "https://127.0.0.1:40123", "caBundle": "Q0E="}
@@ -82,16 +82,12 @@ def test_verdicts_pass_unchanged(response):
     assert answered(response)["response"] == response
 
 
-# -- what the repair loop counts as an outside edit ------------------------------------------------------------
+# -- what the repair loop removes ---------------------------------------------------------------------------
 
-def test_drift_is_a_missing_or_changed_webhook_or_a_stale_one_of_mountwardens():
-    written = {"webhooks": [{"name": "a.enforce.mountwarden.io", "failurePolicy": "Fail",
-                             "objectSelector": {"matchLabels": {"app": "a"}, "matchExpressions": []}}]}
-    live_hook = {"name": "a.enforce.mountwarden.io", "failurePolicy": "Fail", "matchPolicy": "Equivalent",
-                 "objectSelector": {"matchLabels": {"app": "a"}}}  # server defaults added, an empty list dropped
-    assert not drifted(written, {"webhooks": [live_hook]})
-    assert drifted(written, None)
-    assert drifted(written, {"webhooks": []})
-    assert drifted(written, {"webhooks": [{**live_hook, "failurePolicy": "Ignore"}]})
-    assert drifted(written, {"webhooks": [live_hook, {"name": "gone.enforce.mountwarden.io"}]})
-    assert not drifted(written, {"webhooks": [live_hook, {"name": "someone.else.example.com"}]})
+def test_stale_webhooks_are_mountwardens_that_it_did_not_write_last_first():
+    written = {"webhooks": [{"name": "a.enforce.mountwarden.io"}]}
+    live = {"webhooks": [{"name": "gone.enforce.mountwarden.io"}, {"name": "a.enforce.mountwarden.io"},
+                         {"name": "someone.else.example.com"}, {"name": "old.enforce.mountwarden.io"}]}
+    assert stale_webhooks(written, live) == [(3, "old.enforce.mountwarden.io"), (0, "gone.enforce.mountwarden.io")]
+    assert stale_webhooks(written, None) == []
+    assert stale_webhooks({"webhooks": []}, {"webhooks": [{"name": "someone.else.example.com"}]}) == []

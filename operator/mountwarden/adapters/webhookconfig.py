@@ -220,28 +220,14 @@ def render_enforcement(client_config: Mapping, *, name: str, excluded: Sequence[
 REPAIR_SECONDS = 30.0
 
 
-def contains(live: object, wanted: object) -> bool:
-    """Whether ``live`` holds everything ``wanted`` says (the API server adds defaults of its own around it)."""
-    if isinstance(wanted, Mapping):
-        # An empty map or list the API server does not keep is not missing.
-        return isinstance(live, Mapping) and all(contains(live[key], value) if key in live else value in ({}, [])
-                                                 for key, value in wanted.items())
-    if isinstance(wanted, list):
-        return (isinstance(live, list) and len(live) == len(wanted)
-                and all(contains(have, want) for have, want in zip(live, wanted, strict=True)))
-    return live == wanted
-
-
-def drifted(written: Mapping, live: Mapping | None) -> bool:
-    """Whether the configuration in the cluster lost what was written: gone, a webhook missing or changed, or a
-    webhook of mountwarden's there that was not written (a deleted deny profile's Fail webhook left behind)."""
-    if live is None:
-        return True
-    live_hooks = {hook.get("name"): hook for hook in live.get("webhooks") or []}
-    wanted_hooks = {hook["name"]: hook for hook in written.get("webhooks") or []}
-    if any(name not in live_hooks or not contains(live_hooks[name], hook) for name, hook in wanted_hooks.items()):
-        return True
-    return any(name not in wanted_hooks and str(name).endswith(f".{CONFIGURATION_NAME}") for name in live_hooks)
+def stale_webhooks(written: Mapping, live: Mapping | None) -> list[tuple[int, str]]:
+    """(index, name) of the webhooks of mountwarden's in ``live`` that it did not write, last first: server-side
+    apply leaves a webhook another field manager took over (a deleted deny profile's Fail webhook, edited by
+    someone), so it is removed by name."""
+    wanted = {hook["name"] for hook in written.get("webhooks") or []}
+    found = [(index, str(hook.get("name"))) for index, hook in enumerate((live or {}).get("webhooks") or [])]
+    return [(index, name) for index, name in reversed(found)
+            if name not in wanted and name.endswith(f".{CONFIGURATION_NAME}")]
 
 
 #: Called with each deny profile whose enforcement changed: name -> (enforced, what the API server said).
@@ -253,7 +239,7 @@ class WebhookRegistrar:
 
     Called from kopf's event loop (a new client config), from handler threads
     (profiles changed) and from a repair loop (keep_webhooks); applies only when the
-    rendered configuration changes, or the one in the cluster drifted from it.
+    rendered configuration changes, or (repair) to undo what others changed of it.
 
     Locally it owns the whole configuration, failurePolicy Ignore throughout: deny
     profiles' denials come from the PVC webhook while the process answers. In a
@@ -283,6 +269,8 @@ class WebhookRegistrar:
         #: What was rendered from every profile, and what of it the API server took (the refused left out).
         self._applied: dict | None = None
         self._written: dict | None = None
+        #: The configuration's resourceVersion after mountwarden's last write: another means someone edited it.
+        self._version: str | None = None
         #: Deny profiles the API server refused, with its reason; and what was last reported of each.
         self.refused: dict[str, str] = {}
         self._reported: dict[str, tuple[bool, str]] = {}
@@ -310,48 +298,38 @@ class WebhookRegistrar:
             self._apply()
 
     def repair(self) -> bool:
-        """Write again if the configuration in the cluster is not what was written (an outside edit, a write that
-        failed); True if it wrote."""
+        """Undo outside edits and retry a failed write: the last written configuration applied again (server-side
+        apply changes nothing when nothing drifted), then mountwarden's webhooks it did not write removed. Only
+        patch, the one verb RBAC grants on the enforce configuration. True if the configuration had drifted."""
         with self._lock:
             if self._client_config is None or self._enforcing is None or self._closed or not self.is_active():
                 return False
-            if self._written is not None and not drifted(self._written, self._read()):
+            if self._written is None:  # the last write failed (or none was made): make it again
+                self._applied = None
+                return self._apply()
+            version = self._version
+            live = self._write(self._written)
+            self._remove_stale(live)
+            if live is None or version is None or live["metadata"].get("resourceVersion") == version:
                 return False
-            if self._written is not None:
-                logger.warning(f"ValidatingWebhookConfiguration {self.name} was changed by someone else: "
-                               "writing mountwarden's webhooks again")
-            self._applied = None
-            wrote = self._apply()
-            if self._written is not None:
-                self._remove_stale(self._read())
-            return wrote
+            logger.warning(f"ValidatingWebhookConfiguration {self.name} was changed by someone else: "
+                           "mountwarden's webhooks written again")
+            return True
 
     def _remove_stale(self, live: Mapping | None) -> None:
-        """Remove webhooks of mountwarden's that it did not write and that server-side apply leaves, since another
-        field manager owns them now (a deleted deny profile's Fail webhook, taken over by someone's edit)."""
         assert self._written is not None
-        written = {hook["name"] for hook in self._written.get("webhooks") or []}
-        patch = []
-        for index, hook in reversed(list(enumerate((live or {}).get("webhooks") or []))):
-            name = str(hook.get("name"))
-            if name not in written and name.endswith(f".{CONFIGURATION_NAME}"):
-                patch += [{"op": "test", "path": f"/webhooks/{index}/name", "value": name},
-                          {"op": "remove", "path": f"/webhooks/{index}"}]
-        if patch:
-            logger.warning(f"ValidatingWebhookConfiguration {self.name}: removing webhooks mountwarden did not "
-                           f"write: {', '.join(op['value'] for op in patch if op['op'] == 'test')}")
-            self.api.patch_validating_webhook_configuration(self.name, patch, _request_timeout=10,
-                                                            _content_type="application/json-patch+json")
-
-    def _read(self) -> dict | None:
-        try:
-            response = self.api.read_validating_webhook_configuration(self.name, _preload_content=False,
-                                                                      _request_timeout=10)
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-        return json.loads(response.data)
+        stale = stale_webhooks(self._written, live)
+        if not stale:
+            return
+        logger.warning(f"ValidatingWebhookConfiguration {self.name}: removing webhooks mountwarden did not write: "
+                       f"{', '.join(name for _, name in stale)}")
+        patch = [op for index, name in stale for op in (
+            {"op": "test", "path": f"/webhooks/{index}/name", "value": name},
+            {"op": "remove", "path": f"/webhooks/{index}"})]
+        response = self.api.patch_validating_webhook_configuration(
+            self.name, patch, _request_timeout=10, _content_type="application/json-patch+json",
+            _preload_content=False)
+        self._version = _resource_version(response)
 
     def _render(self, enforcing: list[ProfileEntry]) -> dict:
         assert self._client_config is not None
@@ -361,13 +339,18 @@ class WebhookRegistrar:
         return render_configuration(self._client_config, excluded=self.excluded, agent_username=self.agent_username,
                                     fail_closed=False)
 
-    def _write(self, body: dict, *, dry_run: bool = False) -> None:
+    def _write(self, body: dict, *, dry_run: bool = False) -> dict | None:
+        """The configuration as the API server stored it (None from a client that returns nothing)."""
         # Server-side apply: creates or updates in one call, and drops webhooks of profiles gone from deny.
         # In a cluster the configuration exists (the chart made it) and RBAC allows patching it alone.
-        self.api.patch_validating_webhook_configuration(
-            self.name, body, field_manager=FIELD_MANAGER, force=True,
+        response = self.api.patch_validating_webhook_configuration(
+            self.name, body, field_manager=FIELD_MANAGER, force=True, _preload_content=False,
             _content_type="application/apply-patch+yaml", **({"dry_run": "All"} if dry_run else {}),
         )
+        stored = json.loads(response.data) if getattr(response, "data", None) else None
+        if not dry_run:
+            self._version = (stored or {}).get("metadata", {}).get("resourceVersion")
+        return stored
 
     def _sift(self, enforcing: list[ProfileEntry]) -> tuple[list[ProfileEntry], dict[str, str]]:
         """Each profile's webhook tried alone: (those the API server takes, the refused with its reason)."""
@@ -442,6 +425,11 @@ class WebhookRegistrar:
                     raise
             self._applied = None
             logger.info(f"withdrew ValidatingWebhookConfiguration {self.name}")
+
+
+def _resource_version(response: object) -> str | None:
+    data = getattr(response, "data", None)
+    return json.loads(data).get("metadata", {}).get("resourceVersion") if data else None
 
 
 def _api_message(error: ApiException) -> str:
