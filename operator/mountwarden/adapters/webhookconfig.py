@@ -416,14 +416,14 @@ class WebhookRegistrar:
         """Remove the configuration: a stopped local operator leaves nothing that points at it."""
         with self._lock:
             self._closed = True
-            if self._applied is None:
+            if self._applied is None and self._version is None:  # nothing was ever written
                 return
             try:
                 self.api.delete_validating_webhook_configuration(self.name, _request_timeout=10)
             except ApiException as error:
                 if error.status != 404:
                     raise
-            self._applied = None
+            self._applied = self._version = None
             logger.info(f"withdrew ValidatingWebhookConfiguration {self.name}")
 
 
