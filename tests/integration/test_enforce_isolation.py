@@ -13,7 +13,8 @@ from types import SimpleNamespace
 
 import kubernetes
 import pytest
-from tests.support import GROUP, VERSION, profile_body, wait_for
+import yaml
+from tests.support import GROUP, ROOT, VERSION, profile_body, wait_for
 
 from mountwarden.adapters.kube import ProfileConditions
 from mountwarden.adapters.webhookconfig import PVC_WEBHOOK, WebhookRegistrar, keep_webhooks
@@ -186,3 +187,30 @@ def test_a_selector_only_mountwarden_can_judge_is_refused_at_admission_and_repor
     finally:
         kube.delete_profile(name)
         kube.delete_profile(f"{name}-probe")
+
+
+def test_a_name_too_long_for_a_label_admitted_before_the_crd_refused_it_is_reported_and_deletes(
+        cluster, kube, operator, unique, tmp_path):
+    """The profile got in under a CRD without the name rule (as on an older release): the operator writes no class,
+    says why, and its deletion finishes (nothing is listed by a label value that cannot exist)."""
+    original = ROOT / "crds" / "mountwarden.io_storageprofiles.yaml"
+    crd = yaml.safe_load(original.read_text())
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].pop("x-kubernetes-validations")
+    relaxed = tmp_path / "relaxed.yaml"
+    relaxed.write_text(yaml.safe_dump(crd))
+    name = f"long-{unique}-" + "x" * (64 - len(f"long-{unique}-"))
+    body = profile_body(name, "cached", provisioner="nfs.csi.k8s.io", parameters={"server": "nfs.example"})
+    try:
+        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(relaxed))
+        wait_for(lambda: create(cluster, body).returncode == 0 or kube.profile(name) is not None,
+                 what="the relaxed CRD serving")
+        ready = wait_for(lambda: kube.condition(name, "Ready"), what=f"{name}'s Ready condition")
+        assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec")
+        assert "metadata.name: a StorageProfile's name is the value of the label mountwarden.io/profile" in ready[
+            "message"]
+        assert "mountwarden.io/finalizer" in kube.profile(name)["metadata"]["finalizers"]
+        kube.delete_profile(name)
+        wait_for(lambda: kube.profile(name) is None, what=f"{name} deleted, its finalizer removed by the operator")
+    finally:
+        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(original))
+        kube.delete_profile(name)
