@@ -10,6 +10,7 @@ from mountwarden.adapters.webhookconfig import (
     excluded_namespaces,
     failures_as_http_errors,
     render_configuration,
+    stale_webhooks,
 )
 
 SERVER = {"url": "https://127.0.0.1:40123", "caBundle": "Q0E="}
@@ -79,3 +80,14 @@ def test_a_failed_review_is_an_http_error_so_that_the_failure_policy_applies():
 ])
 def test_verdicts_pass_unchanged(response):
     assert answered(response)["response"] == response
+
+
+# -- what the repair loop removes ---------------------------------------------------------------------------
+
+def test_stale_webhooks_are_mountwardens_that_it_did_not_write_last_first():
+    written = {"webhooks": [{"name": "a.enforce.mountwarden.io"}]}
+    live = {"webhooks": [{"name": "gone.enforce.mountwarden.io"}, {"name": "a.enforce.mountwarden.io"},
+                         {"name": "someone.else.example.com"}, {"name": "old.enforce.mountwarden.io"}]}
+    assert stale_webhooks(written, live) == [(3, "old.enforce.mountwarden.io"), (0, "gone.enforce.mountwarden.io")]
+    assert stale_webhooks(written, None) == []
+    assert stale_webhooks({"webhooks": []}, {"webhooks": [{"name": "someone.else.example.com"}]}) == []

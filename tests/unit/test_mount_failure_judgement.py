@@ -14,10 +14,12 @@ import pytest
 
 from mountwarden.adapters.pods import PodPlacement, PodPlacements
 from mountwarden.adapters.procreader import ProcRoot
+from mountwarden.agent.activity import VolumeActivity
 from mountwarden.agent.failures import mount_helpers
 from mountwarden.agent.probe import _answer, _responding
 from mountwarden.agent.report import content
-from mountwarden.api.nodemountreport import NodeFailure, NodeMountReportSpec
+from mountwarden.agent.scan import mounted_volume
+from mountwarden.api.nodemountreport import ITEMS_MAX, NodeFailure, NodeMountReportSpec
 from mountwarden.core.findings import Reason, Severity
 from mountwarden.core.node.activity import StuckProcess
 from mountwarden.core.node.failures import (
@@ -389,3 +391,9 @@ def test_the_operator_names_the_pods_puts_each_finding_on_its_object_and_waits_o
     failures.follow("n1", None)
     assert failures.judge("n1", pods, now=NOW, after=timedelta(0), stale_after=timedelta(minutes=15)) == []
     assert failures.nodes == []
+
+
+def test_a_fork_bomb_in_d_state_keeps_the_report_within_the_crds_bounds():
+    stuck = tuple(StuckProcess(pid, "sh", "folio_wait_bit_common") for pid in range(ITEMS_MAX + 500))
+    reported = mounted_volume(volume("data"), recent=VolumeActivity(activity=None, processes=None, stuck=stuck))
+    assert len(reported.stuck_processes) == ITEMS_MAX

@@ -21,7 +21,7 @@ README = (ROOT / "README.md").read_text()
 BIN = Path(sys.executable).parent
 #: Subcommands that need a cluster, an AWS account, a long-running process or the kernel lab's VM.
 NOT_RUN_HERE = ("plan", "inventory", "credits forecast", "credits watch", "dev-cluster", "dev-cluster up", "dev-cluster down",
-                "operator", "agent", "lab build", "lab try", "lab measure")
+                "operator", "agent", "cleanup", "lab build", "lab try", "lab measure")
 
 
 def shell_blocks() -> list[str]:

@@ -5,11 +5,12 @@ from datetime import UTC, datetime, timedelta
 from tests.support import read_report
 
 from mountwarden.api.nodemountreport import MountActivity, MountedVolume, ProcessStates
+from mountwarden.api.storageprofile import ServerLoad
 from mountwarden.core.compliance import Consumer, Contract, VolumeState, assess
 from mountwarden.core.node.activity import GBIT, Thresholds
 from mountwarden.core.node.report import NodeReport
 from mountwarden.core.policy import resolve_policy
-from mountwarden.core.serverload import mount_loads, server_load
+from mountwarden.core.serverload import SERVER_NAME_MAX, SERVERS_MAX, MountLoad, mount_loads, server_load
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
 #: As the kernel shows a v3 gateway mount: nolock with local_lock=all (kernel lab, kernel_facts.json "locking").
@@ -93,3 +94,13 @@ def test_stuck_processes_are_reported_but_never_make_a_volume_drifted():
                      now=NOW, stale_after=timedelta(minutes=15))
     assert verdict.state is VolumeState.COMPLIANT, verdict
     assert [f.reason for f in verdict.findings] == ["StuckOnNFS"]
+
+
+def test_a_server_name_and_the_number_of_servers_are_bounded_in_status():
+    huge = "s" * (1 << 20)
+    loads = [MountLoad(huge, "node-0", "pv-0", 1.0, 0.0)] + [
+        MountLoad(f"10.0.0.{n}", "node-0", f"pv-{n}", 0.0, 0.0) for n in range(2 * SERVERS_MAX)]
+    rows = server_load(loads, kind="nfs")
+    assert len(rows) == SERVERS_MAX
+    assert len(rows[0]["server"]) == SERVER_NAME_MAX and rows[0]["server"].endswith("...")
+    ServerLoad.model_validate(rows[0])  # what status.servers holds passes the status schema

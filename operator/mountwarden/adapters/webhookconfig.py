@@ -158,14 +158,17 @@ def report_webhook(client_config: Mapping, agent_username: str, *, fail_closed: 
     return report
 
 
+def enforce_webhook_name(profile: str) -> str:
+    return f"{profile}.enforce.{CONFIGURATION_NAME}"
+
+
 def enforce_webhooks(client_config: Mapping, *, excluded: Sequence[str],
                      enforcing: Sequence[ProfileEntry]) -> list[dict]:
     """One failurePolicy Fail webhook per deny profile, scoped by that profile's own selectors."""
     webhooks = []
     for profile in enforcing:
         # The same handler answers; the API server drops the warnings it then gets twice.
-        enforce = _webhook(f"{profile.name}.enforce.{CONFIGURATION_NAME}", client_config, PVC_WEBHOOK, _PVC_RULE,
-                           "Fail")
+        enforce = _webhook(enforce_webhook_name(profile.name), client_config, PVC_WEBHOOK, _PVC_RULE, "Fail")
         enforce["namespaceSelector"] = _excluding(profile.namespace_selector, excluded)
         if profile.pvc_selector is not None:
             enforce["objectSelector"] = dict(profile.pvc_selector)
@@ -213,11 +216,30 @@ def render_enforcement(client_config: Mapping, *, name: str, excluded: Sequence[
     return _configuration(name, enforce_webhooks(client_config, excluded=excluded, enforcing=enforcing))
 
 
+#: Seconds between the registrar's checks that the configuration in the cluster is still what it wrote.
+REPAIR_SECONDS = 30.0
+
+
+def stale_webhooks(written: Mapping, live: Mapping | None) -> list[tuple[int, str]]:
+    """(index, name) of the webhooks of mountwarden's in ``live`` that it did not write, last first: server-side
+    apply leaves a webhook another field manager took over (a deleted deny profile's Fail webhook, edited by
+    someone), so it is removed by name."""
+    wanted = {hook["name"] for hook in written.get("webhooks") or []}
+    found = [(index, str(hook.get("name"))) for index, hook in enumerate((live or {}).get("webhooks") or [])]
+    return [(index, name) for index, name in reversed(found)
+            if name not in wanted and name.endswith(f".{CONFIGURATION_NAME}")]
+
+
+#: Called with each deny profile whose enforcement changed: name -> (enforced, what the API server said).
+EnforcementReport = Callable[[dict[str, tuple[bool, str]]], None]
+
+
 class WebhookRegistrar:
     """Keeps the configuration in the cluster in step with the server's address and the deny profiles.
 
-    Called from kopf's event loop (a new client config) and from handler threads
-    (profiles changed); applies only when the rendered configuration changes.
+    Called from kopf's event loop (a new client config), from handler threads
+    (profiles changed) and from a repair loop (keep_webhooks); applies only when the
+    rendered configuration changes, or (repair) to undo what others changed of it.
 
     Locally it owns the whole configuration, failurePolicy Ignore throughout: deny
     profiles' denials come from the PVC webhook while the process answers. In a
@@ -225,20 +247,33 @@ class WebhookRegistrar:
     (failurePolicy Fail), in the configuration of that name, and writes them only
     once it has seen the profiles and while ``is_active()``: a standby replica knows
     no profiles and must not empty what the active one wrote.
+
+    One profile's webhook that the API server refuses (a selector it rejects) must not
+    cost the others theirs: when the whole write is refused, each profile's webhook is
+    tried alone (a server-side dry run), the refused ones are left out and reported
+    (``report``), and the rest is written.
     """
 
     def __init__(self, client: ApiClient, excluded: Sequence[str], *, agent_username: str | None = None,
                  enforcement_configuration: str | None = None,
-                 is_active: Callable[[], bool] | None = None) -> None:
+                 is_active: Callable[[], bool] | None = None, report: EnforcementReport | None = None) -> None:
         self.api = kubernetes.client.AdmissionregistrationV1Api(client)
         self.excluded = list(excluded)
         self.agent_username = agent_username
         self.enforcement_configuration = enforcement_configuration
         self.is_active = is_active or (lambda: True)
+        self.report = report
         self._lock = threading.Lock()
         self._client_config: Mapping | None = None
         self._enforcing: list[ProfileEntry] | None = None if enforcement_configuration else []
+        #: What was rendered from every profile, and what of it the API server took (the refused left out).
         self._applied: dict | None = None
+        self._written: dict | None = None
+        #: The configuration's resourceVersion after mountwarden's last write: another means someone edited it.
+        self._version: str | None = None
+        #: Deny profiles the API server refused, with its reason; and what was last reported of each.
+        self.refused: dict[str, str] = {}
+        self._reported: dict[str, tuple[bool, str]] = {}
         #: Withdrawn on the way out: a profile event handled meanwhile must not register it again.
         self._closed = False
 
@@ -262,6 +297,40 @@ class WebhookRegistrar:
             self._applied = None
             self._apply()
 
+    def repair(self) -> bool:
+        """Undo outside edits and retry a failed write: the last written configuration applied again (server-side
+        apply changes nothing when nothing drifted), then mountwarden's webhooks it did not write removed. Only
+        patch, the one verb RBAC grants on the enforce configuration. True if the configuration had drifted."""
+        with self._lock:
+            if self._client_config is None or self._enforcing is None or self._closed or not self.is_active():
+                return False
+            if self._written is None:  # the last write failed (or none was made): make it again
+                self._applied = None
+                return self._apply()
+            version = self._version
+            live = self._write(self._written)
+            self._remove_stale(live)
+            if live is None or version is None or live["metadata"].get("resourceVersion") == version:
+                return False
+            logger.warning(f"ValidatingWebhookConfiguration {self.name} was changed by someone else: "
+                           "mountwarden's webhooks written again")
+            return True
+
+    def _remove_stale(self, live: Mapping | None) -> None:
+        assert self._written is not None
+        stale = stale_webhooks(self._written, live)
+        if not stale:
+            return
+        logger.warning(f"ValidatingWebhookConfiguration {self.name}: removing webhooks mountwarden did not write: "
+                       f"{', '.join(name for _, name in stale)}")
+        patch = [op for index, name in stale for op in (
+            {"op": "test", "path": f"/webhooks/{index}/name", "value": name},
+            {"op": "remove", "path": f"/webhooks/{index}"})]
+        response = self.api.patch_validating_webhook_configuration(
+            self.name, patch, _request_timeout=10, _content_type="application/json-patch+json",
+            _preload_content=False)
+        self._version = _resource_version(response)
+
     def _render(self, enforcing: list[ProfileEntry]) -> dict:
         assert self._client_config is not None
         if self.enforcement_configuration:
@@ -270,40 +339,114 @@ class WebhookRegistrar:
         return render_configuration(self._client_config, excluded=self.excluded, agent_username=self.agent_username,
                                     fail_closed=False)
 
-    def _apply(self) -> None:
-        if self._client_config is None or self._enforcing is None or self._closed:
-            return  # not serving (yet, or any more), or the profiles are not known yet
-        body = self._render(self._enforcing)
-        if body == self._applied or not self.is_active():
-            return
+    def _write(self, body: dict, *, dry_run: bool = False) -> dict | None:
+        """The configuration as the API server stored it (None from a client that returns nothing)."""
         # Server-side apply: creates or updates in one call, and drops webhooks of profiles gone from deny.
         # In a cluster the configuration exists (the chart made it) and RBAC allows patching it alone.
-        self.api.patch_validating_webhook_configuration(
-            self.name, body, field_manager=FIELD_MANAGER, force=True,
-            _content_type="application/apply-patch+yaml",
+        response = self.api.patch_validating_webhook_configuration(
+            self.name, body, field_manager=FIELD_MANAGER, force=True, _preload_content=False,
+            _content_type="application/apply-patch+yaml", **({"dry_run": "All"} if dry_run else {}),
         )
-        self._applied = body
+        stored = json.loads(response.data) if getattr(response, "data", None) else None
+        if not dry_run:
+            self._version = (stored or {}).get("metadata", {}).get("resourceVersion")
+        return stored
+
+    def _sift(self, enforcing: list[ProfileEntry]) -> tuple[list[ProfileEntry], dict[str, str]]:
+        """Each profile's webhook tried alone: (those the API server takes, the refused with its reason)."""
+        accepted, refused = [], {}
+        for profile in enforcing:
+            try:
+                self._write(self._render([profile]), dry_run=True)
+            except ApiException as error:
+                if error.status not in (400, 422):
+                    raise
+                refused[profile.name] = _api_message(error)
+                continue
+            accepted.append(profile)
+        return accepted, refused
+
+    def _apply(self) -> bool:
+        if self._client_config is None or self._enforcing is None or self._closed:
+            return False  # not serving (yet, or any more), or the profiles are not known yet
+        body = self._render(self._enforcing)
+        if body == self._applied or not self.is_active():
+            return False
+        enforcing, refused = self._enforcing, {}
+        self._written = None  # until this write succeeds, the repair loop writes again
+        try:
+            self._write(body)
+        except ApiException as error:
+            if not self.enforcement_configuration or error.status not in (400, 422):
+                raise
+            enforcing, refused = self._sift(self._enforcing)
+            self._write(self._render(enforcing))
+        self._applied, self._written = body, self._render(enforcing)
+        self._report(enforcing, refused)
         if self.enforcement_configuration:
             logger.info(f"registered ValidatingWebhookConfiguration {self.name} through the webhook Service "
-                        f"({len(self._enforcing)} deny profile(s) enforced with failurePolicy Fail)")
+                        f"({len(enforcing)} deny profile(s) enforced with failurePolicy Fail"
+                        + (f"; refused by the API server: {', '.join(sorted(refused))})" if refused else ")"))
         else:
             logger.info(f"registered ValidatingWebhookConfiguration {self.name} at {self._client_config.get('url')} "
                         "(failurePolicy Ignore: deny profiles are enforced while this process answers; once it is "
                         "gone, even by kill -9, nothing waits on it)")
+        return True
+
+    def _report(self, enforcing: list[ProfileEntry], refused: dict[str, str]) -> None:
+        self.refused = refused
+        if not self.enforcement_configuration:
+            return
+        now = {profile.name: (True, f"webhook {enforce_webhook_name(profile.name)} (failurePolicy Fail) is in "
+                                    f"ValidatingWebhookConfiguration {self.name}") for profile in enforcing}
+        for name, reason in refused.items():
+            logger.error(f"StorageProfile {name}: the API server refused its deny webhook: {reason}")
+            now[name] = (False, f"the API server refused this profile's deny webhook, so its PVCs are not refused "
+                                f"while mountwarden is down: {reason}; fix spec.consumers' selectors")
+        changed = {name: state for name, state in now.items() if self._reported.get(name) != state}
+        self._reported = now
+        if changed and self.report is not None:
+            try:
+                self.report(changed)
+            except Exception:  # the webhooks are written; their report is told again at the next change
+                logger.exception("could not report the deny webhooks' state on the profiles")
+                self._reported = {name: state for name, state in now.items() if name not in changed}
 
     def withdraw(self) -> None:
         """Remove the configuration: a stopped local operator leaves nothing that points at it."""
         with self._lock:
             self._closed = True
-            if self._applied is None:
+            if self._applied is None and self._version is None:  # nothing was ever written
                 return
             try:
                 self.api.delete_validating_webhook_configuration(self.name, _request_timeout=10)
             except ApiException as error:
                 if error.status != 404:
                     raise
-            self._applied = None
+            self._applied = self._version = None
             logger.info(f"withdrew ValidatingWebhookConfiguration {self.name}")
+
+
+def _resource_version(response: object) -> str | None:
+    data = getattr(response, "data", None)
+    return json.loads(data).get("metadata", {}).get("resourceVersion") if data else None
+
+
+def _api_message(error: ApiException) -> str:
+    """The API server's own words for a refused request."""
+    try:
+        return str(json.loads(error.body or "{}").get("message") or error.reason)
+    except ValueError:
+        return str(error.body or error.reason)
+
+
+def keep_webhooks(registrar: WebhookRegistrar, stop: threading.Event, interval: float = REPAIR_SECONDS) -> None:
+    """Until ``stop``: undo outside edits of the configuration and retry a write that failed."""
+    while not stop.wait(interval):
+        try:
+            registrar.repair()
+        except Exception:  # the API is unreachable for a moment: try again at the next tick
+            logger.exception(f"could not check ValidatingWebhookConfiguration {registrar.name}")
 
 
 def failures_as_http_errors(fn: Callable) -> Callable:

@@ -20,6 +20,7 @@ from mountwarden.agent.failures import FailureWatch
 from mountwarden.agent.probe import PROBE_FORBIDDEN, ServerProbe
 from mountwarden.agent.userspace import NfsSockets
 from mountwarden.api.nodemountreport import (
+    ITEMS_MAX,
     MountActivity,
     MountedVolume,
     NodeFailure,
@@ -177,8 +178,9 @@ def mounted_volume(volume: NodeVolume, server_responding: bool | None = None,
         age_seconds=volume.age_seconds,
         activity=rates,
         processes=states,
+        # A fork bomb in D state must not make the whole report one the API server refuses: the first ITEMS_MAX.
         stuck_processes=[StuckProcessInfo(pid=p.pid, command=p.command, wchan=p.wchan)
-                         for p in (recent.stuck if recent is not None else ())],
+                         for p in list(recent.stuck if recent is not None else ())[:ITEMS_MAX]],
     )
 
 

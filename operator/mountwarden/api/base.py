@@ -2,9 +2,12 @@
 
 from datetime import datetime
 from enum import StrEnum
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
+
+from mountwarden.core.selectors import LABEL_VALUE_MAX, match_labels_problems, requirement_problems
 
 GROUP = "mountwarden.io"
 VERSION = "v1alpha1"
@@ -33,19 +36,63 @@ class SelectorOperator(StrEnum):
     DOES_NOT_EXIST = "DoesNotExist"
 
 
+#: The API server's own patterns (k8s.io/apimachinery validation), so that the CRD refuses what a webhook
+#: configuration or a list call would refuse later; mountwarden.core.selectors checks the same, exactly.
+LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
+LABEL_KEY_PATTERN = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                     r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+LABEL_KEY_MAX = 253 + 1 + LABEL_VALUE_MAX
+LabelKey = Annotated[str, Field(max_length=LABEL_KEY_MAX, pattern=LABEL_KEY_PATTERN)]
+LabelValue = Annotated[str, Field(max_length=LABEL_VALUE_MAX, pattern=LABEL_VALUE_PATTERN)]
+#: Bounds that keep a selector small, and the CEL rules over it cheap enough for the API server to accept.
+SELECTOR_MAX_ITEMS = 64
+SELECTOR_MAX_VALUES = 256
+
+_VALUES_RULE = {
+    "rule": "self.operator in ['In', 'NotIn'] ? (has(self.values) && size(self.values) > 0) "
+            ": (!has(self.values) || size(self.values) == 0)",
+    "message": "operators In and NotIn need at least one value; Exists and DoesNotExist take none",
+}
+_MATCH_LABELS_RULE = {
+    "rule": f"self.all(key, size(key) <= {LABEL_KEY_MAX} && key.matches({LABEL_KEY_PATTERN!r}))",
+    "message": "every matchLabels key must be a label key: [a DNS subdomain/]a name of at most 63 alphanumerics, "
+               "'-', '_' and '.', beginning and ending with an alphanumeric",
+}
+
+
 class LabelSelectorRequirement(ApiModel):
-    key: str = Field(description="The label key the requirement applies to.")
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [_VALUES_RULE]})
+
+    key: LabelKey = Field(description="The label key the requirement applies to.")
     operator: SelectorOperator = Field(description="In, NotIn, Exists or DoesNotExist.")
-    values: list[str] = Field(default_factory=list, description="Values for In and NotIn; empty otherwise.")
+    values: list[LabelValue] = Field(default_factory=list, max_length=SELECTOR_MAX_VALUES,
+                                     description="Values for In and NotIn; empty otherwise.")
+
+    @model_validator(mode="after")
+    def _as_the_api_server_would(self) -> "LabelSelectorRequirement":
+        problems = requirement_problems(self.key, str(self.operator), self.values)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
 
 class LabelSelector(ApiModel):
     """A Kubernetes label selector; an empty selector matches everything."""
 
-    match_labels: dict[str, str] = Field(default_factory=dict, description="Labels that must all be present.")
+    match_labels: dict[str, LabelValue] = Field(
+        default_factory=dict, max_length=SELECTOR_MAX_ITEMS, description="Labels that must all be present.",
+        json_schema_extra={"x-kubernetes-validations": [_MATCH_LABELS_RULE]})
     match_expressions: list[LabelSelectorRequirement] = Field(
-        default_factory=list, description="Requirements that must all hold."
+        default_factory=list, max_length=SELECTOR_MAX_ITEMS, description="Requirements that must all hold."
     )
+
+    @field_validator("match_labels")
+    @classmethod
+    def _keys_as_the_api_server_would(cls, labels: dict[str, str]) -> dict[str, str]:
+        problems = match_labels_problems(labels)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return labels
 
 
 class ConditionStatus(StrEnum):

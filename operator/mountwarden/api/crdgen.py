@@ -28,6 +28,8 @@ class CrdSpec:
     scope: str = "Cluster"
     spec_required: bool = True
     categories: tuple[str, ...] = field(default=("mountwarden",))
+    #: CEL rules on the whole object (x-kubernetes-validations at the root): the only place metadata.name is seen.
+    validations: tuple[dict[str, str], ...] = ()
 
     @property
     def name(self) -> str:
@@ -114,6 +116,7 @@ def build_crd(spec: CrdSpec) -> dict[str, Any]:
                 "description": spec.description,
                 "properties": properties,
                 **({"required": ["spec"]} if spec.spec_required else {}),
+                **({"x-kubernetes-validations": list(spec.validations)} if spec.validations else {}),
             }
         },
     }

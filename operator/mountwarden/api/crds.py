@@ -12,6 +12,7 @@ STORAGE_PROFILE = CrdSpec(
     "<name>-v<N>.",
     spec_model=storageprofile.StorageProfileSpec,
     status_model=storageprofile.StorageProfileStatus,
+    validations=(storageprofile.NAME_RULE,),
     printer_columns=(
         {"name": "Class", "type": "string", "jsonPath": ".status.storageClassName"},
         {"name": "Version", "type": "integer", "jsonPath": ".status.version"},

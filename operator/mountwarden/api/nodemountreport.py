@@ -12,7 +12,7 @@ The same models are the one translator both ways: the agent writes with them, an
 from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field, ValidationError, field_validator
 
@@ -33,6 +33,17 @@ PLURAL = "nodemountreports"
 VolumePlugin = KubeletPlugin
 OptionsSource = NodescanOptionsSource
 
+# Bounds on everything one node writes: the operator copies parts of reports into profiles' status, and the
+# API server refuses a report past them, so one node cannot push a shared profile past etcd's object limit.
+#: Paths, messages, mount sources: PATH_MAX.
+TEXT_MAX = 4096
+#: A server's host name or address: a DNS name's most.
+SERVER_MAX = 253
+#: Entries of any list or map in a report (pod volumes on one node, findings, options, ...).
+ITEMS_MAX = 2048
+Text = Annotated[str, Field(max_length=TEXT_MAX)]
+Server = Annotated[str, Field(max_length=SERVER_MAX)]
+
 
 class OperationSummary(ApiModel):
     ops: int = Field(ge=0, description="Requests completed since the mount was made.")
@@ -52,7 +63,7 @@ class MountActivity(ApiModel):
     """What the mount did recently: rates over the agent's window (or since the mount, before a second scan)."""
 
     window_seconds: float = Field(description="Seconds the rates are over.")
-    since: str = Field(description="scans: between the agent's samples; mount: since the mount was made.")
+    since: Text = Field(description="scans: between the agent's samples; mount: since the mount was made.")
     read_bytes_per_second: float = Field(description="Bytes read from the server per second (READ).")
     write_bytes_per_second: float = Field(description="Bytes written to the server per second (WRITE).")
     requests_per_second: float = Field(description="RPC requests completed per second, every operation.")
@@ -80,8 +91,8 @@ class StuckProcessInfo(ApiModel):
     """A process of the volume's pod in uninterruptible sleep (D) on it at the agent's last sample."""
 
     pid: int = Field(ge=0, description="Its process ID on the node.")
-    command: str = Field(description="Its command (comm).")
-    wchan: str | None = Field(default=None, description="Where it waits in the kernel (/proc/<pid>/wchan): "
+    command: Text = Field(description="Its command (comm).")
+    wchan: Text | None = Field(default=None, description="Where it waits in the kernel (/proc/<pid>/wchan): "
                               "rpc_wait_bit_killable ends with SIGKILL, a writeback wait (folio_wait_bit_common) "
                               "only when the server answers. Absent where the agent may not read it.")
 
@@ -104,12 +115,14 @@ class NodeFailure(ApiModel):
     reason: FailureReason = Field(description="StaleFileHandle, ServerNotResponding, MountHelperStuck or "
                                               "TLSTunnelDown (docs/runbook.md).")
     severity: Severity = Field(description="critical, error or warning.")
-    message: str = Field(description="What the agent saw, with its evidence.")
-    remedy: str = Field(description="What to do, in the runbook's words.")
-    pod_uid: str | None = Field(default=None, description="The pod it is about (its volume's); none for the node.")
-    pods: list[str] = Field(default_factory=list, description="For a finding about the node: the UIDs of the pods "
+    message: Text = Field(description="What the agent saw, with its evidence.")
+    remedy: Text = Field(description="What to do, in the runbook's words.")
+    pod_uid: Text | None = Field(default=None, description="The pod it is about (its volume's); none for the node.")
+    pods: list[Text] = Field(
+        max_length=ITEMS_MAX, default_factory=list, description="For a finding about the node: the UIDs of the pods "
                                                                "it concerns (a server's pods).")
-    evidence: dict[str, str] = Field(default_factory=dict, description="Where and on what: volume, mountPoint, "
+    evidence: dict[str, Text] = Field(
+        max_length=ITEMS_MAX, default_factory=dict, description="Where and on what: volume, mountPoint, "
                                                                        "server, port, pids, probe, kernelLog.")
 
     @classmethod
@@ -132,31 +145,33 @@ class NodeFailure(ApiModel):
 class MountedVolume(ApiModel):
     """One pod volume (or CSI staging mount) on a network filesystem, as the kernel has it."""
 
-    pod_uid: str | None = Field(default=None, description="The pod's UID (none for CSI staging mounts).")
-    pod_name: str | None = Field(default=None, description="The pod's name, from the agent's watch of its node's "
+    pod_uid: Text | None = Field(default=None, description="The pod's UID (none for CSI staging mounts).")
+    pod_name: Text | None = Field(default=None, description="The pod's name, from the agent's watch of its node's "
                                  "pods (none until the agent has seen the pod, or without a cluster).")
-    pod_namespace: str | None = Field(default=None, description="The pod's namespace.")
-    pod_owner: str | None = Field(default=None, description="Kind/name of the pod's controller (a Deployment's "
+    pod_namespace: Text | None = Field(default=None, description="The pod's namespace.")
+    pod_owner: Text | None = Field(default=None, description="Kind/name of the pod's controller (a Deployment's "
                                   "pods name their ReplicaSet); none for a bare pod.")
-    claim_name: str | None = Field(default=None, description="The PersistentVolumeClaim (in the pod's namespace) "
+    claim_name: Text | None = Field(default=None, description="The PersistentVolumeClaim (in the pod's namespace) "
                                    "through which the pod mounts this volume; none for an in-line volume.")
-    volume_name: str = Field(description="The PV name for CSI volumes, the pod's volume name for in-tree nfs.")
+    volume_name: Text = Field(description="The PV name for CSI volumes, the pod's volume name for in-tree nfs.")
     plugin: VolumePlugin = Field(description="csi, nfs or csi-staging: which kubelet path the mount lives under.")
-    driver: str | None = Field(default=None, description="CSI driver of a staging mount, e.g. efs.csi.aws.com.")
-    mount_point: str = Field(description="Where the kubelet mounted it on the node.")
-    fstype: str = Field(description="Filesystem type, e.g. nfs4.")
-    source: str = Field(description="The mount source: server:/export (EFS over TLS shows 127.0.0.1:/).")
-    server: str | None = Field(default=None, description="The server part of the source.")
-    server_address: str | None = Field(default=None, max_length=64, description="The address the kernel talks "
+    driver: Text | None = Field(default=None, description="CSI driver of a staging mount, e.g. efs.csi.aws.com.")
+    mount_point: Text = Field(description="Where the kubelet mounted it on the node.")
+    fstype: Text = Field(description="Filesystem type, e.g. nfs4.")
+    source: Text = Field(description="The mount source: server:/export (EFS over TLS shows 127.0.0.1:/).")
+    server: Server | None = Field(default=None, description="The server part of the source.")
+    server_address: Text | None = Field(default=None, max_length=64, description="The address the kernel talks "
                                        "to (mountinfo's addr=); 127.0.0.1 for EFS over TLS (its tunnel).")
-    export: str | None = Field(default=None, description="The export path part of the source.")
-    superblock: str = Field(description="The superblock as MAJ:MIN: mounts with the same one share their options.")
-    effective_options: list[str] = Field(description="Canonical options in effect, kernel defaults included.")
+    export: Text | None = Field(default=None, description="The export path part of the source.")
+    superblock: Text = Field(description="The superblock as MAJ:MIN: mounts with the same one share their options.")
+    effective_options: list[Text] = Field(
+        max_length=ITEMS_MAX, description="Canonical options in effect, kernel defaults included.")
     options_source: OptionsSource = Field(description="Where the options were read: mountstats or mountinfo.")
-    shared_with: list[str] = Field(
+    shared_with: list[Text] = Field(
+        max_length=ITEMS_MAX,
         default_factory=list, description="Other mount points on this node with the same superblock."
     )
-    nfs_version: str | None = Field(default=None, description="NFS version in effect, e.g. 4.1.")
+    nfs_version: Text | None = Field(default=None, description="NFS version in effect, e.g. 4.1.")
     connections: int | None = Field(default=None, description="Transport connections (xprt lines) to the server.")
     server_mounts: int = Field(
         default=1, ge=1, description="Mounts on this node to the same server: nconnect is fixed by the first one."
@@ -165,13 +180,16 @@ class MountedVolume(ApiModel):
         default=None, description="Whether the server answered the agent's statvfs() probe within its timeout at "
                                    "the last scan (null: not probed). A hard mount of a server that does not "
                                    "answer blocks every process that touches it.")
-    notes: list[str] = Field(
+    notes: list[Text] = Field(
+        max_length=ITEMS_MAX,
         default_factory=list, description="What the agent noticed, e.g. an EFS TLS tunnel or a wrapped counter."
     )
     stuck_processes: list[StuckProcessInfo] = Field(
+        max_length=ITEMS_MAX,
         default_factory=list, description="Processes of the pod in uninterruptible sleep (D) on this volume at the "
         "agent's last sample, with where each waits: what keeps a deleted pod Terminating (StuckTerminating).")
     operations: dict[str, OperationSummary] = Field(
+        max_length=ITEMS_MAX,
         default_factory=dict, description="Per-operation totals at the time of the report (busiest operations)."
     )
 
@@ -236,16 +254,16 @@ class SqliteDatabase(ApiModel):
     severity: Severity = Field(description="critical (WAL), warning (rollback journal) or info.")
     mode: SqliteMode = Field(description="Journal mode as seen from locks, open files and mappings.")
     pid: int | None = Field(default=None, description="The process holding the lock or file.")
-    pod_uid: str | None = Field(default=None, description="The pod of that process, from its cgroup.")
-    container_id: str | None = Field(default=None, description="Its container, from its cgroup.")
-    device: str = Field(description="Device of the database file as MAJ:MIN.")
+    pod_uid: Text | None = Field(default=None, description="The pod of that process, from its cgroup.")
+    container_id: Text | None = Field(default=None, description="Its container, from its cgroup.")
+    device: Text = Field(description="Device of the database file as MAJ:MIN.")
     inode: int = Field(description="Inode of the database file.")
-    path: str | None = Field(default=None, description="Path of the database file, where readable.")
-    mount_point: str | None = Field(default=None, description="The network mount holding it.")
-    volume_name: str | None = Field(default=None, description="The pod volume holding it.")
-    lock: str | None = Field(default=None, description="The SQLite lock seen: SHARED, RESERVED, PENDING or EXCLUSIVE.")
-    message: str = Field(description="What was found and why it is a problem.")
-    remedy: str = Field(description="What to do about it.")
+    path: Text | None = Field(default=None, description="Path of the database file, where readable.")
+    mount_point: Text | None = Field(default=None, description="The network mount holding it.")
+    volume_name: Text | None = Field(default=None, description="The pod volume holding it.")
+    lock: Text | None = Field(default=None, description="The SQLite lock seen: SHARED, RESERVED, PENDING or EXCLUSIVE.")
+    message: Text = Field(description="What was found and why it is a problem.")
+    remedy: Text = Field(description="What to do about it.")
 
     def to_use(self) -> SqliteUse:
         return SqliteUse(self.pod_uid, self.volume_name, Severity(self.severity), str(self.mode), self.path,
@@ -256,13 +274,14 @@ class UserspaceNfsClient(ApiModel):
     """A pod's process that talks NFS over a socket of its own, with no kernel mount: beyond mountwarden's audit."""
 
     pid: int = Field(description="The process holding the connection.")
-    command: str = Field(description="Its command (/proc/<pid>/comm).")
-    pod_uid: str = Field(description="Its pod, from its cgroup.")
-    pod_name: str | None = Field(default=None, description="The pod's name, from the agent's watch of its node's pods.")
-    pod_namespace: str | None = Field(default=None, description="The pod's namespace.")
-    container_id: str | None = Field(default=None, description="Its container, from its cgroup.")
-    remote: str = Field(description="The server (port 2049) or EFS TLS tunnel (127.0.0.1:20049-21049) it talks to.")
-    message: str = Field(description="What was found and why mountwarden cannot audit it.")
+    command: Text = Field(description="Its command (/proc/<pid>/comm).")
+    pod_uid: Text = Field(description="Its pod, from its cgroup.")
+    pod_name: Text | None = Field(default=None, description="The pod's name, from the agent's watch of its node's "
+                                                         "pods.")
+    pod_namespace: Text | None = Field(default=None, description="The pod's namespace.")
+    container_id: Text | None = Field(default=None, description="Its container, from its cgroup.")
+    remote: Text = Field(description="The server (port 2049) or EFS TLS tunnel (127.0.0.1:20049-21049) it talks to.")
+    message: Text = Field(description="What was found and why mountwarden cannot audit it.")
 
     def to_client(self) -> UserspaceClient:
         pod = f"{self.pod_namespace}/{self.pod_name}" if self.pod_name and self.pod_namespace else None
@@ -273,29 +292,35 @@ class TlsTunnelReport(ApiModel):
     """An EFS TLS tunnel on the node (efs-utils' stunnel or efs-proxy) and the mount target it is connected to."""
 
     local_port: int = Field(ge=1, le=65535, description="The loopback port it listens on: the port= of its mounts.")
-    remote_address: str = Field(max_length=64, description="The address it is connected to on port 2049: the mount "
+    remote_address: Text = Field(max_length=64, description="The address it is connected to on port 2049: the mount "
                                                            "target its mounts' bytes really go to.")
     pid: int = Field(description="The tunnel process.")
-    command: str = Field(max_length=64, description="Its command (/proc/<pid>/comm).")
+    command: Text = Field(max_length=64, description="Its command (/proc/<pid>/comm).")
 
 
 class NodeMountReportSpec(ApiModel):
-    node_name: str = Field(description="The node this report describes (the object has the same name).")
+    node_name: Text = Field(description="The node this report describes (the object has the same name).")
     scan_time: datetime = Field(description="When the agent last scanned the node.")
-    agent_version: str = Field(description="Version of the agent that wrote the report.")
-    kernel_release: str | None = Field(default=None, description="The node's kernel release (e.g. 6.1.0-57-amd64): "
+    agent_version: Text = Field(description="Version of the agent that wrote the report.")
+    kernel_release: Text | None = Field(default=None, description="The node's kernel release (e.g. 6.1.0-57-amd64): "
                                                                  "what its NFS client can do, nconnect since 5.3.")
-    network_fstypes: list[str] = Field(description="Filesystem types the agent treats as network storage.")
-    volumes: list[MountedVolume] = Field(default_factory=list, description="Pod volumes on network filesystems.")
-    sqlite: list[SqliteDatabase] = Field(default_factory=list, description="SQLite databases in use on them.")
+    network_fstypes: list[Text] = Field(
+        max_length=ITEMS_MAX, description="Filesystem types the agent treats as network storage.")
+    volumes: list[MountedVolume] = Field(
+        max_length=ITEMS_MAX, default_factory=list, description="Pod volumes on network filesystems.")
+    sqlite: list[SqliteDatabase] = Field(
+        max_length=ITEMS_MAX, default_factory=list, description="SQLite databases in use on them.")
     userspace_clients: list[UserspaceNfsClient] = Field(
+        max_length=ITEMS_MAX,
         default_factory=list, description="Pods' processes that talk NFS with no kernel mount (read with the "
         "SQLite scan: both read other processes' descriptors).")
     tls_tunnels: list[TlsTunnelReport] = Field(
+        max_length=ITEMS_MAX,
         default_factory=list, description="EFS TLS tunnels and the mount target each is connected to (read with "
         "the SQLite scan, as userspaceClients): where a TLS mount's bytes go, for the CrossAZMount check.")
     skipped_lines: int = Field(default=0, ge=0, description="Unreadable /proc lines skipped during the scan.")
     failures: list[NodeFailure] = Field(
+        max_length=ITEMS_MAX,
         default_factory=list, description="How the node's mounts broke, as the agent judged them: stale file "
         "handles, servers not responding, stuck mount helpers, TLS tunnels down (docs/runbook.md).")
 

@@ -18,6 +18,8 @@ from mountwarden.core.options.presets import EFS_PROVISIONER, CachePolicy
 from mountwarden.core.policy import ResolvedPolicy, backend_kind, resolve_policy
 from mountwarden.core.rollout import Phase as RolloutPhase
 from mountwarden.core.rollout import State as RolloutWorkloadState
+from mountwarden.core.selectors import LABEL_VALUE_MAX
+from mountwarden.core.serverload import SERVER_NAME_MAX, SERVERS_MAX
 from mountwarden.core.storageclass import DesiredClass
 from mountwarden.core.vocabulary import (
     BackendKind,
@@ -30,6 +32,15 @@ from mountwarden.core.vocabulary import (
 
 KIND = "StorageProfile"
 PLURAL = "storageprofiles"
+
+#: A profile's name is the value of the label mountwarden.io/profile on its StorageClasses, and is listed by it: a
+#: longer one would fail every write and every list, its finalizer never removed. The API server refuses it.
+NAME_RULE = {
+    "rule": f"size(self.metadata.name) <= {LABEL_VALUE_MAX}",
+    "message": f"a StorageProfile's name is the value of the label mountwarden.io/profile on its StorageClasses: "
+               f"at most {LABEL_VALUE_MAX} characters; choose a shorter name",
+    "reason": "FieldValueInvalid",
+}
 
 
 class ReclaimPolicy(StrEnum):
@@ -614,7 +625,8 @@ class ComplianceStatus(ApiModel):
 
 
 class ServerLoad(ApiModel):
-    server: str = Field(description="The server (address or host name) of the mounts.")
+    server: str = Field(max_length=SERVER_NAME_MAX, description="The server (address or host name) of the mounts "
+                        f"(cut to {SERVER_NAME_MAX} characters).")
     mounts: int = Field(description="Pod volumes of this profile mounted from it.")
     nodes: int = Field(description="Nodes they are on.")
     read_bytes_per_second: float = Field(description="Bytes read from it per second, all those mounts together.")
@@ -630,9 +642,9 @@ class StorageProfileStatus(ApiModel):
         default_factory=list, description="The canonical options new volumes of this profile are mounted with."
     )
     servers: list[ServerLoad] = Field(
-        default_factory=list,
-        description="Every server the profile's volumes are mounted from: mounts, nodes and bytes per second "
-        "across the cluster (node reports). A gateway that is one node's network interface is a funnel.",
+        default_factory=list, max_length=SERVERS_MAX,
+        description="The servers (the busiest 32) the profile's volumes are mounted from: mounts, nodes and bytes "
+        "per second across the cluster (node reports). A gateway that is one node's network interface is a funnel.",
     )
     warnings: list[str] = Field(
         default_factory=list,

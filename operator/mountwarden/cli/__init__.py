@@ -2,6 +2,7 @@
 
 from mountwarden.cli import (  # noqa: F401  (imported for their registrations)
     agent,
+    cleanup,
     cluster,
     credits,
     docs,

@@ -17,6 +17,11 @@ from mountwarden.core.node.activity import GBIT
 from mountwarden.core.node.report import NodeReport
 from mountwarden.core.vocabulary import BackendKind
 
+#: What status.servers holds of one server's name, and how many servers: a report's server string is the node's
+#: to choose, and status is shared by every node's volumes of the profile.
+SERVER_NAME_MAX = 253
+SERVERS_MAX = 32
+
 
 @dataclass(frozen=True, slots=True)
 class MountLoad:
@@ -50,7 +55,7 @@ def server_load(mounts: Iterable[MountLoad], *, kind: str) -> list[dict]:
     """status.servers: per server, its mounts, nodes and bytes per second, busiest first."""
     grouped: dict[str, list[MountLoad]] = defaultdict(list)
     for mount in mounts:
-        grouped[mount.server].append(mount)
+        grouped[bounded_server_name(mount.server)].append(mount)
     rows = []
     for server, loads in grouped.items():
         read = sum(load.read_bytes_per_second or 0.0 for load in loads)
@@ -63,7 +68,15 @@ def server_load(mounts: Iterable[MountLoad], *, kind: str) -> list[dict]:
                        f"(a funnel). {_gateway_rule(loads)}")
         rows.append({"server": server, "mounts": len(loads), "nodes": nodes, "readBytesPerSecond": read,
                      "writeBytesPerSecond": write, "message": message})
-    return sorted(rows, key=lambda row: (-(row["readBytesPerSecond"] + row["writeBytesPerSecond"]), row["server"]))
+    busiest = sorted(rows, key=lambda row: (-(row["readBytesPerSecond"] + row["writeBytesPerSecond"]), row["server"]))
+    return busiest[:SERVERS_MAX]
+
+
+def bounded_server_name(server: str) -> str:
+    """A server's name as status holds it: cut, and marked so, past SERVER_NAME_MAX characters."""
+    if len(server) <= SERVER_NAME_MAX:
+        return server
+    return server[:SERVER_NAME_MAX - 3] + "..."
 
 
 def _bytes(load: MountLoad) -> float:

@@ -38,6 +38,7 @@ from mountwarden.adapters.webhookconfig import (
     WebhookRegistrar,
     cluster_server,
     excluded_namespaces,
+    keep_webhooks,
     local_server,
 )
 from mountwarden.api.base import GROUP, VERSION
@@ -92,6 +93,9 @@ class AdmissionState:
     #: The loop that keeps the active label on this replica's pod, and what stops it.
     active_label_stop: threading.Event | None = None
     active_label_thread: threading.Thread | None = None
+    #: The loop that undoes outside edits of the webhook configuration and retries failed writes.
+    repair_stop: threading.Event = field(default_factory=threading.Event)
+    repair_thread: threading.Thread | None = None
 
     def can_answer(self) -> bool:
         """Whether this replica may receive admission requests: the active peer, with its indexes filled."""
@@ -226,6 +230,7 @@ def serve_admission(settings: kopf.OperatorSettings, memo: OperatorContext, logg
         admission.registrar = WebhookRegistrar(
             memo.kube_client, excluded_namespaces(config.namespace),
             enforcement_configuration=config.enforce_configuration, is_active=admission.replica_active,
+            report=lambda changed: report_enforcement(memo, changed),
         )
         server = cluster_server(port=config.webhook_port, cert_dir=config.webhook_cert_dir,
                                 registrar=admission.registrar, service=config.webhook_service_ref)
@@ -235,6 +240,11 @@ def serve_admission(settings: kopf.OperatorSettings, memo: OperatorContext, logg
         server = cluster_server(port=config.webhook_port, cert_dir=config.webhook_cert_dir)
     admission.pvc_reviews = PvcReviews(memo)
     settings.admission.server = AnsweringPvcsFirst(server, admission.pvc_reviews)
+    if admission.registrar is not None:
+        admission.repair_thread = threading.Thread(
+            target=keep_webhooks, args=(admission.registrar, admission.repair_stop, config.webhook_repair_interval),
+            name="webhook-repair", daemon=True)
+        admission.repair_thread.start()
     if config.active_label:
         pod, namespace = os.environ.get("POD_NAME"), config.namespace
         if not pod or not namespace:
@@ -248,8 +258,22 @@ def serve_admission(settings: kopf.OperatorSettings, memo: OperatorContext, logg
         admission.active_label_thread.start()
 
 
+#: The condition on a deny profile that says whether its failurePolicy Fail webhook is in the configuration.
+ENFORCED = "Enforced"
+
+
+def report_enforcement(memo: OperatorContext, changed: Mapping[str, tuple[bool, str]]) -> None:
+    """Each deny profile whose webhook was written or refused says so in its Enforced condition."""
+    for name, (enforced, message) in changed.items():
+        memo.conditions.set(name, ENFORCED, "True" if enforced else "False",
+                            "WebhookWritten" if enforced else "WebhookRefused", message, None, writer="enforce",
+                            current=None)
+
+
 def stop_active_label(memo: OperatorContext, **_) -> None:
     admission = memo.admission
+    if admission is not None:
+        admission.repair_stop.set()
     if admission is not None and admission.active_label_stop is not None:
         admission.active_label_stop.set()
         admission.active_label_thread.join(timeout=15)

@@ -4,7 +4,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from mountwarden.adapters.webhookconfig import parse_service
+from mountwarden.adapters.webhookconfig import REPAIR_SECONDS, parse_service
 from mountwarden.core.admission import service_account_username
 from mountwarden.core.node.failures import DEFAULT_STUCK_AFTER_SECONDS
 from mountwarden.core.policyreport import ReportFormat
@@ -60,6 +60,8 @@ class OperatorConfig:
     #: Seconds past a deleted pod's deadline (StuckTerminating), or with its pod gone (OrphanedMount), that a
     #: mount left behind must last to be a finding.
     stuck_after: float = DEFAULT_STUCK_AFTER_SECONDS
+    #: Seconds between checks that the webhook configuration is still what mountwarden wrote (repaired if not).
+    webhook_repair_interval: float = REPAIR_SECONDS
     #: Seconds between judgements of every node's failures (time alone makes StuckTerminating, OrphanedMount).
     failure_interval: float = 30.0
     #: Judge every pod volume no StorageProfile governs against the baseline (mountwarden.core.baseline).

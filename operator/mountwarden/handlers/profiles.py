@@ -13,7 +13,8 @@ from pydantic import ValidationError
 from mountwarden.adapters.kube import StorageClasses
 from mountwarden.adapters.watches import with_cluster_indexes
 from mountwarden.api.base import GROUP, VERSION
-from mountwarden.api.storageprofile import PLURAL, ProfileStatus, StorageProfileSpec, desired_class
+from mountwarden.api.storageprofile import NAME_RULE, PLURAL, ProfileStatus, StorageProfileSpec, desired_class
+from mountwarden.core.selectors import label_value_problem
 from mountwarden.core.storageclass import (
     PROFILE_LABEL,
     ClassPlan,
@@ -85,6 +86,9 @@ def reconcile_profile(
     memo: OperatorContext, volumes_by_class: kopf.Index, unbound_claims_by_class: kopf.Index, logger, **_,
 ) -> None:
     generation = meta.get("generation")
+    if label_value_problem(name) is not None:  # admitted before the CRD's rule existed: refuse, never write
+        _refuse(name, body, status, memo, generation, f"metadata.name: {NAME_RULE['message']}")
+        return
     try:
         profile = StorageProfileSpec.model_validate(dict(spec))
     except ValidationError as error:
@@ -135,6 +139,8 @@ def release_profile(
     name: str, memo: OperatorContext, volumes_by_class: kopf.Index, unbound_claims_by_class: kopf.Index, logger, **_
 ) -> None:
     """Remove the profile's unused classes; keep the ones volumes still use, labelled orphaned."""
+    if label_value_problem(name) is not None:
+        return  # no class was ever made for a name that cannot be a label (and none can be listed by it)
     classes: StorageClasses = memo.storage_classes
     plan = plan_release(_lineage(classes, name, volumes_by_class, unbound_claims_by_class))
     _apply(classes, plan)
