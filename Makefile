@@ -82,8 +82,10 @@ TEST_ENV = MOUNTWARDEN_TESTBIN_DIR=$$(hack/testbin/build.sh) MOUNTWARDEN_LAB_DIR
 	MOUNTWARDEN_NODE_IMAGE_DIR=$$(hack/lab/build.sh node) MOUNTWARDEN_NODEBIN_DIR=$$(hack/nodebin/build.sh) \
 	MOUNTWARDEN_IMAGE_DIR=$$(hack/image/build.sh) MOUNTWARDEN_PROMTOOL_DIR=$$(hack/promtool/build.sh)
 endif
+# Two lanes (conftest.py): the emulated VMs' tests in one, every other module beside them in the other.
+TEST_LANES ?= -n 2 --dist loadgroup
 test: $(TEST_NEEDS) ## Lint and run the whole suite: a real control plane (local, or KUBECONFIG's: see README), a real kernel in QEMU
-	$(TEST_ENV) $(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(TEST_ENV) $(BIN)/python -m pytest $(TEST_LANES) $(PYTEST_ARGS)
 
 unit: venv ## Only the fast unit tests (no control plane)
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)

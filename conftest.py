@@ -1,19 +1,28 @@
-"""Fixtures shared by tests/ and e2e/, registered once so that a whole run starts one control plane."""
+"""Fixtures shared by tests/ and e2e/, registered once so that a whole run starts one control plane.
+
+`make test` runs the suite in two lanes (pytest-xdist, `-n 2 --dist loadgroup`): the tests on an emulated VM (the
+kernel lab, then the real node) in one, every other module in the other. A VM under TCG keeps a core busy while
+it is up, and its tests mostly wait on it, so the control-plane tests run beside them instead of after them.
+"""
 
 import pytest
+from tests.support import VM_TEST_DIRECTORIES, close_vm_resources, vm_directory
 
 pytest_plugins = ["tests.cluster_fixtures", "tests.operator_fixtures", "tests.image_fixtures"]
 
-#: Where the tests of each emulated VM live, in the order they run: last, each VM's tests together, so that a VM
-#: (a core's worth of TCG while it is up) never runs beside the other tests or beside the other VM.
-VM_TEST_DIRECTORIES = ("tests/kernel/", "tests/realnode/")
 
-
-def vm_order(item: pytest.Item) -> int:
-    path = item.path.as_posix()
-    return next((rank for rank, directory in enumerate(VM_TEST_DIRECTORIES, 1) if f"/{directory}" in path), 0)
-
-
-@pytest.hookimpl(trylast=True)
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=vm_order)  # stable: within each group, the order pytest collected
+    # The VM lane first, each VM's tests together (the lab's VM stops before the real node's boots), so that
+    # xdist hands it out before anything else; every other module is a group of its own (its module fixtures
+    # start once).
+    items.sort(key=lambda item: (VM_TEST_DIRECTORIES.index(vm_directory(item)) if vm_directory(item) else
+                                 len(VM_TEST_DIRECTORIES)))
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group("vm" if vm_directory(item) else item.path.as_posix()))
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    directory = vm_directory(item)
+    if directory and vm_directory(nextitem) != directory:
+        close_vm_resources(directory)

@@ -107,6 +107,28 @@ def parse_metrics(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], fl
             for family in text_string_to_metric_families(text) for sample in family.samples}
 
 
+#: Where the tests of each emulated VM live, in the order they run (conftest.py): each VM's tests run together.
+VM_TEST_DIRECTORIES = ("tests/kernel/", "tests/realnode/")
+_vm_closers: dict[str, list[Callable[[], None]]] = {}
+
+
+def vm_directory(item) -> str | None:
+    """The VM test directory of a pytest item, or None."""
+    path = item.path.as_posix() if item is not None else ""
+    return next((directory for directory in VM_TEST_DIRECTORIES if f"/{directory}" in path), None)
+
+
+def close_after_directory(directory: str, close: Callable[[], None]) -> None:
+    """Run ``close`` once after the last test of ``directory`` instead of at the session's end: a VM left up
+    would take a core from every test after it."""
+    _vm_closers.setdefault(directory, []).append(close)
+
+
+def close_vm_resources(directory: str) -> None:
+    for close in reversed(_vm_closers.pop(directory, [])):
+        close()
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from tests.support import close_after_directory, vm_directory
 
 from mountwarden.lab.experiments import LIVE_SHARING_CASES, Lab, Measured, measure_deterministic
 from mountwarden.lab.image import LabBuildError, LabImage, build_image, find_image
@@ -19,7 +20,7 @@ from mountwarden.lab.vm import LabError, LabVM
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if is_kernel_test(item):
+        if vm_directory(item) == "tests/kernel/":
             item.add_marker(pytest.mark.kernel)
 
 
@@ -40,29 +41,14 @@ def boot(image: LabImage) -> LabVM:
     return vm
 
 
-#: The session's lab VM while it is up: stopped after the last kernel test (conftest.py runs them together), not at
-#: the session's end, so the real node's VM never shares the cores with it.
-_session_vm: list[LabVM] = []
-
-
 @pytest.fixture(scope="session")
 def lab_vm(lab_image: LabImage) -> Iterator[LabVM]:
     vm = boot(lab_image)
-    _session_vm.append(vm)
+    close_after_directory("tests/kernel/", vm.stop)  # before the real node's VM boots
     try:
         yield vm
     finally:
         vm.stop()
-
-
-def is_kernel_test(item: pytest.Item | None) -> bool:
-    return item is not None and "/tests/kernel/" in item.path.as_posix()
-
-
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    if is_kernel_test(item) and not is_kernel_test(nextitem):
-        while _session_vm:
-            _session_vm.pop().stop()
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from tests.support import wait_for
+from tests.support import close_after_directory, vm_directory, wait_for
 
 from mountwarden.devcluster import DevClusterError
 from mountwarden.lab.node import CHART_NAMESPACE, CHART_RELEASE, NODE_NAME, RealNode
@@ -27,7 +27,7 @@ MODULE_TIMEOUT = 3 * CHART_START_SECONDS
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if "tests/realnode/" in str(item.path):
+        if vm_directory(item) == "tests/realnode/":
             item.add_marker(pytest.mark.realnode)
             item.add_marker(pytest.mark.cluster)
 
@@ -39,13 +39,23 @@ def real_node(cluster, mountwarden_image) -> Iterator[RealNode]:
     if cluster.dev_cluster is None:
         pytest.fail("the real node joins the local control plane: unset MOUNTWARDEN_TEST_CLUSTER", pytrace=False)
     try:
-        node = cluster.dev_cluster.add_real_node(app_image=mountwarden_image)
+        # One operator replica (a standby under TCG costs every roll a start of minutes and keeps a core busy);
+        # the takeover test scales to two for itself.
+        node = cluster.dev_cluster.add_real_node(app_image=mountwarden_image, operator_replicas=1)
     except DevClusterError as error:
         pytest.fail(f"the real node did not join, or the chart did not come up on it: {error}", pytrace=False)
+    removed = []
+
+    def remove() -> None:
+        if not removed:
+            removed.append(node)
+            cluster.dev_cluster.remove_real_node(node)
+
+    close_after_directory("tests/realnode/", remove)  # not at the session's end: other tests may come after
     try:
         yield node
     finally:
-        cluster.dev_cluster.remove_real_node(node)
+        remove()
 
 
 def operator_pods(kube) -> list:

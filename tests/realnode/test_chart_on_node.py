@@ -10,6 +10,7 @@ cannot see without each of them.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from tests.realnode.conftest import (
@@ -18,6 +19,7 @@ from tests.realnode.conftest import (
     active_operator,
     node_report,
     operator_pods,
+    scale_operator,
 )
 from tests.realnode.test_real_node import TIMEOUT, make_volume, pod_spec, reported
 from tests.support import profile_body, wait_for
@@ -28,6 +30,8 @@ from mountwarden.lab.node import CHART, CHART_NAMESPACE, CHART_RELEASE, NODE_NAM
 #: The node's start (boot, image import, the chart) is the first test's; every pod under emulation takes minutes.
 pytestmark = pytest.mark.timeout(MODULE_TIMEOUT)
 
+#: A line of the agent's log on stderr (logging's default format with a time), as opposed to its report on stdout.
+LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [A-Z]+ ")
 #: CapEff of a process with exactly these capabilities (linux/capability.h).
 CAPABILITY_BITS = {"DAC_READ_SEARCH": 2, "SYS_PTRACE": 19}
 
@@ -117,9 +121,18 @@ def warning_on_claim(cluster, namespace: str, storage_class: str, label: str) ->
     return wait_for(warned, timeout=TIMEOUT, interval=5, what=f"an admission warning on a claim of {storage_class}")
 
 
-def test_the_standby_takes_over_when_the_active_pod_is_killed(real_node, chart, cluster, kube, namespace, unique):
-    before = active_operator(kube)
-    standby = next(pod for pod in operator_pods(kube) if pod.metadata.name != before.metadata.name)
+def ready(pod) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+
+
+def test_the_standby_takes_over_when_the_active_pod_is_killed(real_node, chart, cluster, kube, namespace, unique,
+                                                              request):
+    replicas = scale_operator(kube, 2)  # the chart's default: the session's node runs one (conftest.py)
+    request.addfinalizer(lambda: scale_operator(kube, replicas))
+    before = wait_for(lambda: active_operator(kube), timeout=CHART_START_SECONDS, interval=5, what="an active replica")
+    standby = wait_for(lambda: next((pod for pod in operator_pods(kube) if pod.metadata.name != before.metadata.name
+                                     and ready(pod)), None), timeout=CHART_START_SECONDS, interval=5,
+                       what="a second replica Ready, standing by")
     kube.core.delete_namespaced_pod(before.metadata.name, CHART_NAMESPACE, grace_period_seconds=0)
     after = wait_for(lambda: (pod := active_operator(kube)) and pod.metadata.name == standby.metadata.name and pod,
                      timeout=CHART_START_SECONDS, interval=5, what=f"{standby.metadata.name} taking over")
@@ -163,9 +176,11 @@ def agent_once(cluster, kube, namespace: str, name: str, *, args: list[str], dro
         out = cluster.kubectl("logs", "-n", CHART_NAMESPACE, name).stdout
     finally:
         cluster.kubectl("delete", "pod", name, "-n", CHART_NAMESPACE, "--ignore-not-found", "--wait=false")
-    start = out.index("{")
-    body, end = json.JSONDecoder().raw_decode(out, start)  # the NodeMountReport the agent would have written
-    return body["spec"], out[:start] + out[start + end:]
+    # The container's log interleaves stderr's log lines with stdout's report, line by line.
+    logged = [line for line in out.splitlines() if LOG_LINE.match(line)]
+    printed = "\n".join(line for line in out.splitlines() if not LOG_LINE.match(line))
+    body, _ = json.JSONDecoder().raw_decode(printed, printed.index("{"))  # the NodeMountReport it would have written
+    return body["spec"], "\n".join(logged)
 
 
 def nfs_pod(kube, real_node, namespace: str, unique: str, command: str = "sleep 100000", *,

@@ -29,7 +29,8 @@ def fail(message: str, code: int = 2) -> NoReturn:
     """Stop with a clear message on stderr and a non-zero exit code."""
     import typer
 
-    err_console.print(f"[bold red]error:[/] {message}")
+    # soft_wrap: a path in the message stays whole for copy and paste; the terminal wraps it.
+    err_console.print(f"[bold red]error:[/] {message}", soft_wrap=True)
     raise typer.Exit(code)
 
 

@@ -156,7 +156,7 @@ def _print_scan(scan: SqliteScan, network_fstypes: frozenset[str], mount_count: 
         )
     console.print(table)
     for number, finding in enumerate(scan.findings, start=1):
-        console.print(Text(f"{number}. {finding.message}"))
+        console.print(Text(f"{number}. {finding.message}"), soft_wrap=True)  # its path whole, for copy and paste
     remedies = {finding.remedy for finding in scan.findings}
     # The WAL remedy extends the general one: print only the longest of remedies that share a start.
     for remedy in sorted(remedies):

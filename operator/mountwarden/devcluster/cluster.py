@@ -564,7 +564,8 @@ class DevCluster:
 
     # -- the real node ----------------------------------------------------------------------
 
-    def add_real_node(self, *, timeout: float = 1800.0, chart: bool = True, app_image=None) -> RealNode:
+    def add_real_node(self, *, timeout: float = 1800.0, chart: bool = True, app_image=None,
+                      operator_replicas: int = 2) -> RealNode:
         """Join the real node (the kernel lab VM with containerd and a kubelet) to this running cluster.
 
         Returns it once its Node is Ready; a node that does not join fails with the kubelet's
@@ -620,7 +621,7 @@ class DevCluster:
                 self._on_progress(f"importing {app_image.name} ({app_image.digest[:19]}) into {NODE_NAME}'s containerd")
                 node.import_image(app_image.archive)
                 imported = time.monotonic()
-                self.install_chart(app_image)
+                self.install_chart(app_image, operator_replicas=operator_replicas)
         except BaseException:
             node.stop()
             raise
@@ -644,7 +645,8 @@ class DevCluster:
             raise DevClusterError(f"`helm {' '.join(args)}` exited {result.returncode}:\n{result.stderr.strip()}")
         return result
 
-    def install_chart(self, image, *, values: dict | None = None, timeout: str = "20m") -> None:
+    def install_chart(self, image, *, values: dict | None = None, timeout: str = "20m",
+                      operator_replicas: int = 2) -> None:
         """`helm upgrade --install` charts/mountwarden onto the real node, running ``image`` (an appimage.BuiltImage).
 
         Waits for the operator's replicas and the agents; a release that does not come up fails with its pods'
@@ -653,7 +655,7 @@ class DevCluster:
         from mountwarden.lab.node import CHART, CHART_NAMESPACE, CHART_RELEASE, NODE_NAME, chart_values
 
         path = self.state_dir / "chart-values.yaml"
-        path.write_text(json.dumps(values if values is not None else chart_values(image.name), indent=2))
+        path.write_text(json.dumps(values if values is not None else chart_values(image.name, operator_replicas=operator_replicas), indent=2))
         self._on_progress(f"installing the chart ({CHART.name}) onto {NODE_NAME}: the operator's replicas and the agent")
         result = self.helm("upgrade", "--install", CHART_RELEASE, str(CHART), "-n", CHART_NAMESPACE,
                            "--create-namespace", "--wait", "--timeout", timeout, "-f", str(path), check=False)

@@ -73,7 +73,7 @@ CHART = Path(__file__).resolve().parents[3] / "charts" / "mountwarden"
 CHART_RELEASE, CHART_NAMESPACE = "mountwarden", "mountwarden"
 
 
-def chart_values(image: str) -> dict:
+def chart_values(image: str, *, operator_replicas: int = 2) -> dict:
     """The chart's values on the real node: the imported image (no registry: never pulled), the operator's
     replicas on this node (the kwok nodes start no container) with time to start under emulation, the agent
     scanning every 5 s."""
@@ -81,7 +81,8 @@ def chart_values(image: str) -> dict:
     return {
         "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
         # Under TCG two replicas and the agent importing at once take minutes to start.
-        "operator": {"nodeSelector": {"kubernetes.io/hostname": NODE_NAME}, "startupSeconds": 900},
+        "operator": {"nodeSelector": {"kubernetes.io/hostname": NODE_NAME}, "startupSeconds": 900,
+                     "replicas": operator_replicas},
         "agent": {"interval": 5},
     }
 
