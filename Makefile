@@ -83,7 +83,7 @@ TEST_ENV = MOUNTWARDEN_TESTBIN_DIR=$$(hack/testbin/build.sh) MOUNTWARDEN_LAB_DIR
 	MOUNTWARDEN_IMAGE_DIR=$$(hack/image/build.sh) MOUNTWARDEN_PROMTOOL_DIR=$$(hack/promtool/build.sh)
 endif
 # Two lanes (conftest.py): the emulated VMs' tests in one, every other module beside them in the other.
-TEST_LANES ?= -n 2 --dist loadgroup
+TEST_LANES ?= -n 2
 test: $(TEST_NEEDS) ## Lint and run the whole suite: a real control plane (local, or KUBECONFIG's: see README), a real kernel in QEMU
 	$(TEST_ENV) $(BIN)/python -m pytest $(TEST_LANES) $(PYTEST_ARGS)
 
