@@ -30,6 +30,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                                  len(VM_TEST_DIRECTORIES)))
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's own teardown: the last module's fixtures may still use the VM
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     directory = vm_directory(item)
     if directory and vm_directory(nextitem) != directory:
