@@ -18,7 +18,7 @@ from mountwarden.api.networkfilesystem import PLURAL as FILE_SYSTEMS
 from mountwarden.api.nodemountreport import PLURAL as REPORTS
 from mountwarden.api.storageprofile import PLURAL as PROFILES
 
-#: The finalizer the operator's kopf settings name (mountwarden.handlers.runner).
+#: The finalizer the operator's kopf settings use (mountwarden.handlers.runner takes it from here).
 FINALIZER = f"{GROUP}/finalizer"
 #: Every resource of mountwarden's, cluster-scoped, whose objects may carry it.
 RESOURCES = (PROFILES, REPORTS, FILE_SYSTEMS)

@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import kopf
 
+from mountwarden.adapters.finalizers import FINALIZER
 from mountwarden.adapters.kube import ProfileConditions, StorageClasses, api_client
 from mountwarden.adapters.pods import PodPlacements
 from mountwarden.api.base import GROUP, VERSION
@@ -55,7 +56,7 @@ def quiet_routine_lines() -> None:
 def configure(settings: kopf.OperatorSettings, **_) -> None:
     # Progress and the last-handled spec live in annotations: the status schema is
     # structural, so kopf's default status fields would be pruned.
-    settings.persistence.finalizer = f"{PREFIX}/finalizer"
+    settings.persistence.finalizer = FINALIZER  # the one `mountwarden cleanup` removes after an uninstall
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=PREFIX, key="last-handled-configuration"
