@@ -25,11 +25,32 @@ CHART_START_SECONDS = 1800
 MODULE_TIMEOUT = 3 * CHART_START_SECONDS
 
 
+#: Log lines of each chart pod attached to a failed real-node test: the operator's reasons live only there.
+FAILURE_LOG_LINES = 300
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if vm_directory(item) == "tests/realnode/":
             item.add_marker(pytest.mark.realnode)
             item.add_marker(pytest.mark.cluster)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A failed real-node test carries the chart's pods' last log lines: the pods, and so their logs, are gone by
+    the time anyone reads a CI log."""
+    report = yield
+    kube = getattr(item, "funcargs", {}).get("kube")
+    if report.failed and call.when == "call" and kube is not None:
+        for pod in kube.core.list_namespaced_pod(CHART_NAMESPACE).items:
+            try:
+                text = kube.core.read_namespaced_pod_log(pod.metadata.name, CHART_NAMESPACE,
+                                                         tail_lines=FAILURE_LOG_LINES, _request_timeout=30)
+            except Exception as error:  # the pod gone or its log unreadable: say so, the failure still shows
+                text = f"(log unreadable: {error})"
+            report.sections.append((f"log of pod {pod.metadata.name}", text))
+    return report
 
 
 @pytest.fixture(scope="session")
