@@ -30,7 +30,15 @@ from tests.support import GROUP, VERSION, Kube, profile_body, scrape, wait_for
 from mountwarden.adapters.kube import TransientApiError
 from mountwarden.adapters.workloads import ClusterWorkloads
 from mountwarden.core.options.normalize import normalize, with_kernel_defaults
-from mountwarden.core.rollout import PatchVolume, Policy, RestartWorkload, Target, Version, advance, build_plan
+from mountwarden.core.rollout import (
+    PatchVolume,
+    Policy,
+    RestartWorkload,
+    Target,
+    Version,
+    advance,
+    build_plan,
+)
 
 pytestmark = pytest.mark.cluster
 
