@@ -1,6 +1,7 @@
 """Adoption (mountwarden.core.adoption, and the rollout it goes through): what a profile takes over, what it
 refuses and why, the approval that covers it, and what becomes of the classes."""
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from mountwarden.core.adoption import (
@@ -214,6 +215,10 @@ def test_an_adopted_volume_stays_pending_until_the_turn_of_the_workload_that_mou
     observed = adoption_status(plan, select_of(volumes), normalize(STAGING).options, step.status, step.actions)
     assert [(v["name"], v["state"]) for v in observed["volumes"]] == [("pv-a", "Adopted"), ("pv-b", "Pending")]
     assert observed["phase"] == AdoptionPhase.ADOPTING
+    # The next tick: pv-a adopted, pv-b still to adopt; the approval given for both still holds.
+    midway = (replace(volumes[0], adopted_by="importer", mount_options=STAGING), volumes[1])
+    after = adopting_target(pending.approval_key, midway)
+    assert after.adopting == frozenset({"pv-b"}) and after.approved
 
 
 def select_of(volumes):

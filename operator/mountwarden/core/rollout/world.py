@@ -101,8 +101,11 @@ class Target:
 
     @property
     def approved(self) -> bool:
-        return self.policy.approval != RolloutApproval.MANUAL or approves(self.approved_version, self.version.version,
-                                                                          self.adopting)
+        if self.policy.approval != RolloutApproval.MANUAL:
+            return True
+        # PVs are adopted at their workload's turn: midway, an approval given for all of them still covers the rest.
+        return approves(self.approved_version, self.version.version, self.adopting) or bool(
+            self.adopting and self.approved_version == approval_key(self.version.version, self.adopted))
 
     @property
     def patches_volumes(self) -> bool:
