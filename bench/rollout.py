@@ -9,8 +9,8 @@ the same run:
 - mountwarden's: their PVs are of a profile's class; the profile changes (staging <-> cached) and
   the operator, run as users run it (`mountwarden operator`, a separate process, every HTTP request
   it makes counted at the transport: urllib3 for the handlers' client, aiohttp for kopf's own),
-  patches the PVs, restarts each Deployment and verifies its replicas on their nodes' reports,
-  until the rollout's phase is Complete;
+  patches each Deployment's PVs at its turn and restarts it, verifies its replicas on their nodes'
+  reports, until the rollout's phase is Complete;
 - the runbook's: their PVs belong to no profile, and bench/runbook.sh does what a careful person
   does by hand: kubectl patch each PV, then per Deployment kubectl rollout restart, kubectl
   rollout status, and wait until the node reports show every new replica with the new options.

@@ -17,7 +17,8 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from datetime import UTC, datetime
 
 import kubernetes
 import kubernetes.watch
@@ -26,7 +27,18 @@ import yaml
 from tests.nodesim import NodeSimulator
 from tests.support import GROUP, VERSION, Kube, profile_body, scrape, wait_for
 
+from mountwarden.adapters.kube import TransientApiError
+from mountwarden.adapters.workloads import ClusterWorkloads
 from mountwarden.core.options.normalize import normalize, with_kernel_defaults
+from mountwarden.core.rollout import (
+    PatchVolume,
+    Policy,
+    RestartWorkload,
+    Target,
+    Version,
+    advance,
+    build_plan,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -36,6 +48,12 @@ STAGING = ["vers=4.1", "rsize=1048576", "wsize=1048576", "hard", "timeo=600", "r
            "acregmin=0", "acregmax=0", "lookupcache=positive", "cto"]
 STAGING_TIMEO_300 = [option if option != "timeo=600" else "timeo=300" for option in STAGING]
 AUTOMATIC = {"strategy": "PatchBoundVolumes", "approval": "Automatic"}
+PREVIOUS = "mountwarden.io/previous-mount-options"
+
+
+def recorded(options: list[str]) -> str:
+    """mountwarden.io/previous-mount-options as the operator writes it: a JSON array."""
+    return json.dumps(options, separators=(",", ":"))
 ROLLOUT_TIMEOUT = 180
 
 
@@ -318,7 +336,7 @@ def test_workloads_restart_one_at_a_time_and_are_verified_on_the_nodes(scenario)
         pv = case.pv(pv_name)
         assert pv.spec.mount_options == CACHED
         assert pv.metadata.annotations["mountwarden.io/applied-version"] == target
-        assert pv.metadata.annotations["mountwarden.io/previous-mount-options"] == ",".join(STAGING)
+        assert pv.metadata.annotations[PREVIOUS] == recorded(STAGING)
     for name in ("api", "web", "worker"):
         assert len(case.replica_sets(name)) == 2, f"{name} restarted more than once"
         assert case.template_annotations("Deployment", name)["mountwarden.io/restarted-for"] == target
@@ -628,7 +646,7 @@ def test_an_operator_killed_mid_rollout_restarts_every_workload_exactly_once(sce
     for pv_name in case.volumes:
         pv = case.pv(pv_name)
         assert pv.spec.mount_options == CACHED
-        assert pv.metadata.annotations["mountwarden.io/previous-mount-options"] == ",".join(STAGING)
+        assert pv.metadata.annotations[PREVIOUS] == recorded(STAGING)
     rollout_operator.assert_running()
 
 
@@ -669,7 +687,7 @@ def test_reverting_the_profile_rolls_the_previous_options_back(scenario):
     volume = case.pv(pv)
     assert volume.spec.mount_options == STAGING
     assert volume.metadata.annotations["mountwarden.io/applied-version"] == case.v1
-    assert volume.metadata.annotations["mountwarden.io/previous-mount-options"] == ",".join(CACHED)
+    assert volume.metadata.annotations[PREVIOUS] == recorded(CACHED)
     assert len(case.replica_sets("app")) == 3
     assert [case.mounts(pod, STAGING) for pod in case.pods("app")] == [True, True]
 
@@ -730,3 +748,156 @@ def test_plan_command_is_a_dry_run_against_the_cluster(scenario, cluster, tmp_pa
     # A dry run: nothing changed.
     assert case.pv(pv).spec.mount_options == STAGING
     assert sorted(case.kube.classes_of(case.profile)) == [case.v1]
+
+
+# -- a rollout touches only the workload whose turn it is -------------------------------------------
+
+
+@contextmanager
+def every_node_cordoned(case: Scenario) -> Iterator[None]:
+    """No new pod starts anywhere meanwhile: a restarted workload's new replica stays Pending, its rollout open."""
+    with ExitStack() as stack:
+        for node in case.node_names:
+            stack.enter_context(cordoned(case, node))
+        yield
+
+
+def test_a_workload_s_volumes_are_patched_at_its_turn_and_the_next_workload_s_not_before(scenario):
+    case = scenario
+    case.start("staging", rollout=AUTOMATIC)
+    first, second = case.claim("alpha", case.v1, STAGING), case.claim("bravo", case.v1, STAGING)
+    case.deployment("alpha", "alpha", replicas=1)
+    case.deployment("bravo", "bravo", replicas=1)
+    case.wait_ready(("Deployment", "alpha", 1), ("Deployment", "bravo", 1))
+    target = f"{case.profile}-v2"
+
+    with every_node_cordoned(case):
+        case.apply("cached", rollout=AUTOMATIC)
+
+        def alpha_restarting():
+            rollout = case.rollout()
+            states = {w["name"]: w["state"] for w in rollout.get("workloads") or []}
+            return rollout if rollout.get("targetStorageClassName") == target and states.get(
+                "alpha") == "Restarting" else None
+
+        rollout = wait_for(alpha_restarting, timeout=ROLLOUT_TIMEOUT, what="alpha restarted, its replica Pending")
+        assert {w["name"]: w["state"] for w in rollout["workloads"]} == {"alpha": "Restarting", "bravo": "Pending"}
+        assert case.pv(first).spec.mount_options == CACHED
+        assert case.pv(first).metadata.annotations[PREVIOUS] == recorded(STAGING)
+        # bravo's turn has not come: a pod of it rescheduled now would still mount the options it runs with.
+        bravo = case.pv(second)
+        assert bravo.spec.mount_options == STAGING
+        assert "mountwarden.io/applied-version" not in (bravo.metadata.annotations or {})
+        assert len(case.replica_sets("bravo")) == 1
+
+    rollout = case.wait_phase("Complete", target)
+    assert all(w["state"] == "Done" for w in rollout["workloads"])
+    assert case.pv(second).spec.mount_options == CACHED
+    assert [case.mounts(pod, CACHED) for pod in case.pods("bravo")] == [True]
+
+
+def test_a_workload_whose_new_mount_fails_stops_the_rollout_with_the_later_workloads_volumes_untouched(scenario):
+    """app's restarted replica lands on another consumer's superblock with the old options: it never verifies,
+    and zulu (next in turn) keeps its PV and its pods as they were."""
+    case = scenario
+    node = case.node_names[0]
+    case.start("staging", rollout=AUTOMATIC)
+    export = f"/{case.unique}/shared"
+    case.claim("other", "", STAGING, path=export)
+    case.bare_pod("other", "other", node)
+    wait_for(lambda: case.reported_options(case.kube.core.read_namespaced_pod("other", case.namespace)),
+             what="the other consumer mounted")
+    app = case.claim("app", case.v1, STAGING, path=export)
+    zulu = case.claim("zulu", case.v1, STAGING)
+    case.deployment("app", "app", replicas=1, node=node)
+    case.deployment("zulu", "zulu", replicas=1)
+    case.wait_ready(("Deployment", "app", 1), ("Deployment", "zulu", 1))
+    (zulu_pod,) = case.pods("zulu")
+
+    case.apply("staging", rollout=AUTOMATIC, mountOptions=["timeo=300"])
+    target = f"{case.profile}-v2"
+    rollout = case.wait_phase("Paused", target)
+    lines = {w["name"]: w for w in rollout["workloads"]}
+    assert (lines["app"]["state"], lines["app"]["reason"]) == ("Blocked", "SuperblockShared")
+    assert (lines["zulu"]["state"], lines["zulu"]["reason"]) == ("Pending", "Paused")
+    assert "timeo=300" in case.pv(app).spec.mount_options
+    untouched = case.pv(zulu)
+    assert untouched.spec.mount_options == STAGING
+    assert not {key for key in untouched.metadata.annotations or {} if key.startswith("mountwarden.io/")}
+    assert len(case.replica_sets("zulu")) == 1
+    assert [p.metadata.uid for p in case.pods("zulu")] == [zulu_pod.metadata.uid]
+
+
+def test_an_option_with_a_comma_is_recorded_whole_and_a_rollback_from_the_record_restores_it_exactly(scenario):
+    """An SELinux context holds commas: the previous options are a JSON array, which is also what a rollback by
+    hand writes back (docs/runbook.md)."""
+    case = scenario
+    case.start("staging", rollout=AUTOMATIC)
+    labelled = [*STAGING, 'context="system_u:object_r:nfs_t:s0:c1,c2"']
+    pv = case.claim("idle", case.v1, labelled)  # no consumer: patched as soon as no workload is left to roll
+    case.apply("cached", rollout=AUTOMATIC)
+    case.wait_phase("Complete", f"{case.profile}-v2")
+    volume = case.pv(pv)
+    assert volume.spec.mount_options == CACHED
+    record = volume.metadata.annotations[PREVIOUS]
+    assert json.loads(record) == labelled
+
+    case.kube.core.patch_persistent_volume(pv, {"spec": {"mountOptions": json.loads(record)}})
+    assert case.pv(pv).spec.mount_options == labelled
+
+
+def test_a_volume_changed_by_another_writer_after_the_read_is_re_read_and_nothing_it_wrote_is_lost(kube, namespace,
+                                                                                                   unique):
+    """The tick as the rollout daemon runs it (read, plan, perform), against the API server: an outside write
+    between the read and the patch makes the guarded patch fail (409, retried as transient), the workload is not
+    restarted on that view, and the next tick records the outside writer's options as the previous ones."""
+    staging_class, cached_class = f"conflict-{unique}-v1", f"conflict-{unique}-v2"
+    pv = f"pv-conflict-{unique}"
+    kube.core.create_persistent_volume({
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": staging_class,
+                 "persistentVolumeReclaimPolicy": "Retain", "mountOptions": STAGING,
+                 "nfs": {"server": "fs-0123456789abcdef0.efs.us-east-1.amazonaws.com", "path": f"/{unique}"},
+                 "claimRef": {"namespace": namespace, "name": "data"}}})
+    try:
+        kube.core.create_namespaced_persistent_volume_claim(namespace, {
+            "metadata": {"name": "data"},
+            "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": staging_class, "volumeName": pv,
+                     "resources": {"requests": {"storage": "1Gi"}}}})
+        kube.apps.create_namespaced_deployment(namespace, {
+            "metadata": {"name": "app"},
+            "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "app"}}, "template": {
+                "metadata": {"labels": {"app": "app"}},
+                "spec": {"containers": [{"name": "app", "image": "busybox"}],
+                         "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]}}}})
+        wait_for(lambda: kube.core.read_persistent_volume(pv).status.phase == "Bound", what="the PV bound")
+        versions = (Version(staging_class, 1, tuple(STAGING)), Version(cached_class, 2, tuple(CACHED)))
+        target = Target(f"conflict-{unique}", versions[1], versions, Policy(approval="Automatic"))
+        cluster = ClusterWorkloads(kube.client)
+
+        def tick():
+            world = cluster.read([staging_class, cached_class], with_reports=False)
+            return advance(build_plan(target, world), None, datetime.now(UTC))
+
+        step = tick()
+        assert [type(action) for action in step.actions] == [PatchVolume, RestartWorkload]
+        outside = [*STAGING, "nconnect=4"]
+        kube.core.patch_persistent_volume(pv, {"metadata": {"annotations": {"example.com/owner": "team-b"}},
+                                               "spec": {"mountOptions": outside}})
+        with pytest.raises(TransientApiError) as refused:
+            cluster.perform(step.actions)
+        assert refused.value.status == 409
+        volume = kube.core.read_persistent_volume(pv)
+        assert volume.spec.mount_options == outside and PREVIOUS not in volume.metadata.annotations
+        template = kube.apps.read_namespaced_deployment("app", namespace).spec.template.metadata.annotations or {}
+        assert "mountwarden.io/restarted-for" not in template  # not restarted on the view the patch was refused on
+
+        cluster.perform(tick().actions)
+        volume = kube.core.read_persistent_volume(pv)
+        assert volume.spec.mount_options == CACHED
+        assert volume.metadata.annotations[PREVIOUS] == recorded(outside)
+        assert volume.metadata.annotations["example.com/owner"] == "team-b"
+        template = kube.apps.read_namespaced_deployment("app", namespace).spec.template.metadata.annotations
+        assert template["mountwarden.io/restarted-for"] == cached_class
+    finally:
+        kube.core.delete_persistent_volume(pv)

@@ -1,6 +1,7 @@
 """Adoption (mountwarden.core.adoption, and the rollout it goes through): what a profile takes over, what it
 refuses and why, the approval that covers it, and what becomes of the classes."""
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from mountwarden.core.adoption import (
@@ -181,7 +182,7 @@ def test_an_adoption_only_observes_until_the_approval_names_it_then_patches_and_
     assert step.actions == () and step.status["phase"] == "AwaitingApproval"
     assert f"mountwarden.io/approve-rollout={waiting.approval_key} --overwrite" in step.status["message"]
     assert [c.action for c in plan.volumes] == ["adopt", "adopt"]
-    observed = adoption_status(plan, select_of(volumes), normalize(STAGING).options, step.status)
+    observed = adoption_status(plan, select_of(volumes), normalize(STAGING).options, step.status, step.actions)
     assert observed["phase"] == AdoptionPhase.AWAITING_APPROVAL and observed["approvalKey"] == waiting.approval_key
     assert [v["state"] for v in observed["volumes"]] == ["Pending", "Pending"]
     assert {d["option"] for d in observed["volumes"][0]["differences"]} >= {"sync", "lookupcache"}
@@ -200,6 +201,24 @@ def test_an_adoption_only_observes_until_the_approval_names_it_then_patches_and_
                            previous_options=v.mount_options, adopted_by="importer") for v in volumes)
     after = adopting_target(waiting.approval_key, adopted)
     assert after.adopting == frozenset() and after.approved
+
+
+def test_an_adopted_volume_stays_pending_until_the_turn_of_the_workload_that_mounts_it():
+    volumes = (Volume("pv-a", "efs-sc", IMPORT, ("shop", "a")), Volume("pv-b", "efs-sc", IMPORT, ("shop", "b")))
+    workloads = tuple(Workload(WorkloadRef("Deployment", "shop", f"importer-{v.claim[1]}"), 1, "7",
+                               claims=(v.claim[1],)) for v in volumes)
+    pending = adopting_target(None, volumes)
+    approved = adopting_target(pending.approval_key, volumes)
+    plan = build_plan(approved, World(volumes, workloads=workloads))
+    step = advance(plan, None, NOW)
+    assert [a.name for a in step.actions if isinstance(a, PatchVolume)] == ["pv-a"]
+    observed = adoption_status(plan, select_of(volumes), normalize(STAGING).options, step.status, step.actions)
+    assert [(v["name"], v["state"]) for v in observed["volumes"]] == [("pv-a", "Adopted"), ("pv-b", "Pending")]
+    assert observed["phase"] == AdoptionPhase.ADOPTING
+    # The next tick: pv-a adopted, pv-b still to adopt; the approval given for both still holds.
+    midway = (replace(volumes[0], adopted_by="importer", mount_options=STAGING), volumes[1])
+    after = adopting_target(pending.approval_key, midway)
+    assert after.adopting == frozenset({"pv-b"}) and after.approved
 
 
 def select_of(volumes):

@@ -498,6 +498,82 @@ def test_a_finished_rollout_is_not_superseded_by_the_next():
     assert step(w, before).status["supersedes"] is None
 
 
+# -- which PVs a tick patches: only those of the workload whose turn it is ----------------------
+
+
+def patches(result) -> list[str]:
+    return [a.name for a in result.actions if isinstance(a, PatchVolume)]
+
+
+def test_only_the_workload_whose_turn_it_is_has_its_volumes_patched_just_before_its_restart():
+    result = step(three_pending())
+    assert [(type(a).__name__, getattr(a, "name", None) or a.ref.name) for a in result.actions] == [
+        ("PatchVolume", "pv-a"), ("RestartWorkload", "a")]
+    assert result.status["volumesPatched"] == 1
+
+
+def test_the_next_workload_s_volumes_are_patched_in_the_tick_it_starts_and_not_before():
+    workload, pods, node = rolled_out("a", 1)
+    w = world([patched("a"), volume("b"), volume("c")], [*pods, pod("b", 0), pod("c", 0)],
+              [workload, deployment("b", 1), deployment("c", 1)], [node])
+    result = step(w)
+    assert [type(a).__name__ for a in result.actions] == ["PatchVolume", "RestartWorkload"]
+    assert patches(result) == ["pv-b"] and result.actions[1].ref.name == "b"
+
+
+def test_a_blocked_workload_leaves_every_later_workload_s_volumes_unpatched():
+    workload, pods, _ = rolled_out("a", 1)
+    w = world([patched("a"), volume("b"), volume("c")], [*pods, pod("b", 0), pod("c", 0)],
+              [workload, deployment("b", 1), deployment("c", 1)], [report("n1", mount(pods[0], DROPPED))])
+    result = step(w, t=target(replace(AUTOMATIC, max_concurrent_workloads=3)))
+    assert line(result)["state"] == "Blocked" and result.status["phase"] == "Paused"
+    assert result.actions == ()
+
+
+def test_a_workload_under_way_gets_a_volume_that_is_not_patched_yet_patched_again():
+    """A PV added to it, or set back by another writer: each tick of its turn patches what is not the target's."""
+    w = world([volume("a")], [pod("a", 0)], [deployment("a", 1, restarted=True, progress="0 of 1 replicas updated")])
+    assert patches(step(w)) == ["pv-a"]
+
+
+def test_a_volume_two_workloads_share_is_patched_once_at_the_first_one_s_turn():
+    shared = replace(pod("b", 0), claims={"a": "data"})
+    b = replace(deployment("b", 1), claims=("a",))
+    result = step(world([volume("a")], [pod("a", 0), shared], [deployment("a", 1), b]))
+    assert patches(result) == ["pv-a"]
+    assert [a.ref.name for a in result.actions if isinstance(a, RestartWorkload)] == ["a"]
+
+
+def test_a_workload_at_zero_has_its_volumes_patched_before_its_restart_is_recorded():
+    result = step(world([volume("a")], [], [deployment("a", replicas=0)]))
+    assert [type(a).__name__ for a in result.actions] == ["PatchVolume", "RestartWorkload"]
+
+
+def test_volumes_no_workload_restarts_are_patched_once_every_workload_is_finished():
+    """Unused PVs and those only Jobs or bare pods mount: not while a workload can still stop the rollout."""
+    bare = replace(pod("j", 0), owner=None)
+    unused = Volume("pv-unused", "p-v1", COHERENT, (NS, "unused"))
+    pending = world([volume("a"), volume("j"), unused], [pod("a", 0), bare], [deployment("a", 1)])
+    assert patches(step(pending)) == ["pv-a"]
+    workload, pods, node = rolled_out("a", 1)
+    done = world([patched("a"), volume("j"), unused], [*pods, bare], [workload], [node])
+    result = step(done)
+    assert line(result)["state"] == "Done" and result.status["phase"] == "Complete"
+    assert patches(result) == ["pv-j", "pv-unused"]
+    assert result.status["volumesPatched"] == 3
+
+
+def test_without_any_workload_every_volume_is_patched_at_once():
+    assert patches(step(world([volume("a"), volume("b")], [], []))) == ["pv-a", "pv-b"]
+
+
+def test_each_patch_is_guarded_by_the_resource_version_its_volume_was_read_at():
+    w = world([volume("a", resource_version="1234")], [pod("a", 0)], [deployment("a", 1)])
+    (patch,) = [a for a in step(w).actions if isinstance(a, PatchVolume)]
+    assert patch.resource_version == "1234"
+    assert patch.body()["metadata"]["resourceVersion"] == "1234"
+
+
 # -- who is restarted, who is only reported ----------------------------------------------------
 
 

@@ -153,12 +153,35 @@ def test_a_node_report_is_read_from_its_spec():
     assert report.at("/m") is mount and report.at("/x") is None
 
 
-def test_volume_patch_keeps_the_previous_options_beside_the_new():
-    assert PatchVolume("pv-a", ("hard",), ("soft", "actimeo=3"), "p-v2").body() == {
+def test_volume_patch_keeps_the_previous_options_beside_the_new_under_the_resource_version_read():
+    assert PatchVolume("pv-a", ("hard",), ("soft", "actimeo=3"), "p-v2", resource_version="77").body() == {
         "metadata": {"annotations": {"mountwarden.io/applied-version": "p-v2",
-                                     "mountwarden.io/previous-mount-options": "soft,actimeo=3"}},
+                                     "mountwarden.io/previous-mount-options": '["soft","actimeo=3"]'},
+                     "resourceVersion": "77"},
         "spec": {"mountOptions": ["hard"]},
     }
+
+
+SELINUX = ("vers=4.1", 'context="system_u:object_r:nfs_t:s0:c1,c2"', "hard")
+
+
+def test_previous_options_with_a_comma_in_an_option_round_trip_through_the_annotation():
+    body = PatchVolume("pv-a", ("hard",), SELINUX, "p-v2", resource_version="5").body()
+    pv = Volume.from_object({"metadata": {"name": "pv-a", **body["metadata"], "resourceVersion": "6"},
+                             "spec": {"storageClassName": "p-v1", **body["spec"]}})
+    assert pv.previous_options == SELINUX and pv.resource_version == "6"
+
+
+@pytest.mark.parametrize(("written", "read"), [
+    ("hard,actimeo=3", ("hard", "actimeo=3")),  # what versions before the JSON array wrote
+    ('["hard","actimeo=3"]', ("hard", "actimeo=3")),
+    ("", ()),
+    ("[not json", ("[not json",)),
+])
+def test_previous_options_are_read_in_the_json_form_and_the_older_comma_joined_one(written, read):
+    pv = Volume.from_object({"metadata": {"name": "pv-a", "annotations": {
+        "mountwarden.io/previous-mount-options": written}}, "spec": {}})
+    assert pv.previous_options == read
 
 
 def test_restart_records_its_target_in_the_template_under_the_read_resource_version():

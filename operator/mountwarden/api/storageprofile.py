@@ -241,8 +241,9 @@ class StorageProfileSpec(ApiModel):
         "observed: status.adoption lists every volume it would take and how its mountOptions differ from this "
         "contract, status.rollout the plan (PVs patched, workloads restarted, in order). Then, as "
         "spec.rollout.approval allows (Manual: the annotation mountwarden.io/approve-rollout with the value "
-        "status.adoption.approvalKey), each PV's mountOptions are patched, its workloads restarted one at a "
-        "time (evictions, PodDisruptionBudgets) and every replica verified on its node; from then on this "
+        "status.adoption.approvalKey), its workloads are restarted one at a time, each one's PVs patched just "
+        "before its restart (evictions, PodDisruptionBudgets), and every replica verified on its node; PVs no "
+        "workload mounts are patched last; from then on this "
         "profile governs them. Claims keep their names; nothing is deleted or recreated. Needs "
         "spec.rollout.strategy: PatchBoundVolumes.",
     )

@@ -278,7 +278,8 @@ class ProfileRollout:
         change: dict = {"rollout": step.status} if written != dict(previous or {}) else {}
         if taken:
             self._classes_fate(fresh, plan.target, taken[0].selection, view)
-            adoption = self._adoption(fresh, plan, taken[0].selection, written) if adopter.adopts else None
+            adoption = (self._adoption(fresh, plan, taken[0].selection, written, step.actions) if adopter.adopts
+                        else None)
             if adoption != ProfileStatus(status).adoption:
                 change["adoption"] = adoption
         if change:
@@ -322,10 +323,11 @@ class ProfileRollout:
             self.classes.patch(patch.name, patch.body())
             log.info("StorageProfile %s: StorageClass %s: %s", self.name, patch.name, dict(patch.annotations))
 
-    def _adoption(self, profile: Mapping, plan: Plan, selection: Selection, rollout: Mapping) -> dict:
+    def _adoption(self, profile: Mapping, plan: Plan, selection: Selection, rollout: Mapping,
+                  actions: Sequence) -> dict:
         """status.adoption; each refusal not said before is an AdoptionRefused Event."""
         contract = normalize(list(plan.target.version.mount_options)).options
-        adoption = adoption_status(plan, selection, contract, rollout)
+        adoption = adoption_status(plan, selection, contract, rollout, actions)
         before = {(r["field"], r["message"]) for r in (ProfileStatus(profile.get("status")).adoption or {}).get(
             "refused") or []}
         for refusal in selection.refusals:

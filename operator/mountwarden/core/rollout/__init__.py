@@ -2,10 +2,10 @@
 
 A StorageClass's options apply only when a volume is provisioned, and a bound
 PV's ``mountOptions`` apply only at the next mount. So a new version of a
-profile reaches running consumers in three steps: patch the PVs (strategy
-PatchBoundVolumes), restart each consuming workload the way ``kubectl rollout
-restart`` does, and prove on the nodes that every replica really mounted the new
-options.
+profile reaches running consumers in three steps, one workload at a time
+(strategy PatchBoundVolumes): at its turn patch its PVs, restart it the way
+``kubectl rollout restart`` does, and prove on the nodes that every replica really
+mounted the new options. PVs no restartable workload mounts are patched last.
 
 Everything here is pure. One module per stage, each importing only those above it:
 

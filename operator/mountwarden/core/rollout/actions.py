@@ -9,12 +9,17 @@ from mountwarden.core.rollout.world import (
     RESTARTED_AT_ANNOTATION,
     RESTARTED_FOR_ANNOTATION,
     WorkloadRef,
+    format_previous_options,
 )
 
 
 @dataclass(frozen=True, slots=True)
 class PatchVolume:
-    """Set a PV's mountOptions in one patch, together with the record of what it had before."""
+    """Set a PV's mountOptions in one patch, together with the record of what it had before.
+
+    Asked just before the restart of the first workload that mounts it (its turn), never earlier: until then a pod
+    rescheduled for any other reason mounts the options it had.
+    """
 
     name: str
     mount_options: tuple[str, ...]
@@ -22,15 +27,22 @@ class PatchVolume:
     applied_version: str
     #: The profile adopting it (spec.adopt): recorded on the PV, which the profile governs from then on.
     adopted_by: str | None = None
+    #: The PV's resourceVersion when it was read ("" patches unguarded: only for a PV never read).
+    resource_version: str = ""
 
     def body(self) -> dict:
         annotations = {
             APPLIED_VERSION_ANNOTATION: self.applied_version,
-            PREVIOUS_OPTIONS_ANNOTATION: ",".join(self.previous_options),
+            PREVIOUS_OPTIONS_ANNOTATION: format_previous_options(self.previous_options),
         }
         if self.adopted_by:
             annotations[ADOPTED_BY_ANNOTATION] = self.adopted_by
-        return {"metadata": {"annotations": annotations}, "spec": {"mountOptions": list(self.mount_options)}}
+        metadata: dict = {"annotations": annotations}
+        if self.resource_version:
+            # Refused (409) if another writer changed the PV since it was read: the tick is retried on a fresh
+            # read, so the previous options recorded are the PV's and nobody's change is overwritten unseen.
+            metadata["resourceVersion"] = self.resource_version
+        return {"metadata": metadata, "spec": {"mountOptions": list(self.mount_options)}}
 
 
 @dataclass(frozen=True, slots=True)

@@ -393,7 +393,8 @@ AWAITING_APPROVAL = Turn(State.PENDING, "AwaitingApproval",
 PAUSED = Turn(State.PENDING, "Paused", "another workload is Blocked", "the rollout is paused by a blocked workload")
 STARTED = Turn(State.RESTARTING, "RollingOut",
                "fewer workloads than maxConcurrentWorkloads are Restarting, Verifying, Waiting for a "
-               "PodDisruptionBudget or Pending in a rollout of their own: it is restarted", "restart requested")
+               "PodDisruptionBudget or Pending in a rollout of their own: its PVs are patched (guarded by the "
+               "resourceVersion read), then it is restarted", "restart requested")
 #: After every workload was judged, in this order.
 TURNS = (PAUSED, STARTED)
 

@@ -9,7 +9,7 @@ from datetime import datetime
 
 from mountwarden.core.adoption import LISTED_REFUSALS, AdoptionPhase, Selection, differences
 from mountwarden.core.options.table import OptionValue
-from mountwarden.core.rollout.actions import Action, Event, RemountPod, RestartWorkload
+from mountwarden.core.rollout.actions import Action, Event, PatchVolume, RemountPod, RestartWorkload
 from mountwarden.core.rollout.machine import DISRUPTION_BUDGET, IN_FLIGHT, Phase, Progress, State
 from mountwarden.core.rollout.plan import Consumer, Plan
 from mountwarden.core.rollout.verify import Check, check_pods
@@ -95,19 +95,21 @@ def rollout_status(plan: Plan, previous: Mapping | None, phase: Phase, message: 
     }
 
 
-def adoption_status(plan: Plan, selection: Selection, contract: Mapping[str, OptionValue], rollout: Mapping) -> dict:
+def adoption_status(plan: Plan, selection: Selection, contract: Mapping[str, OptionValue], rollout: Mapping,
+                    actions: Sequence[Action] = ()) -> dict:
     """status.adoption: every volume spec.adopt takes, how it differs from the contract, and where it stands.
 
     ``rollout`` is this tick's status.rollout (its phase says whether the adopted volumes' workloads are
-    verified); a volume patched by this very tick counts as adopted.
+    verified); a volume patched by this very tick (one of ``actions``) counts as adopted. A volume waits for the
+    turn of its workload: it is Pending until then.
     """
     target = plan.target
     taken = set(selection.volumes)
     changes = [change for change in plan.volumes if change.volume.name in taken]
-    patched_now = target.approved and target.patches_volumes
+    patched_now = {action.name for action in actions if isinstance(action, PatchVolume) and action.adopted_by}
 
     def adopted(change) -> bool:
-        return change.volume.adopted_by == target.profile or (patched_now and change.to_patch)
+        return change.volume.adopted_by == target.profile or change.volume.name in patched_now
 
     volumes = [{
         "name": change.volume.name, "storageClassName": change.volume.storage_class,

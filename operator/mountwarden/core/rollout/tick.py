@@ -1,13 +1,14 @@
 """One tick of a rollout: the state machine judges every workload, and the new status.rollout records it."""
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
-from mountwarden.core.rollout.actions import Action, PatchVolume, Step
+from mountwarden.core.rollout.actions import Action, PatchVolume, RestartWorkload, Step
 from mountwarden.core.rollout.machine import (
     AWAITING_APPROVAL,
     MIGRATION_PHASES,
     Progress,
+    State,
     evaluate,
     phase_of,
     take_turns,
@@ -40,18 +41,13 @@ def advance(plan: Plan, previous: Mapping | None, now: datetime) -> Step:
     progress: list[Progress] = []
     actions: list[Action] = []
     if target.approved:
-        # PVs first: a pod started from here on mounts the new options, whichever restart brings it.
-        actions.extend(
-            PatchVolume(change.volume.name, target.version.mount_options, change.volume.mount_options,
-                        target.version.storage_class,
-                        adopted_by=target.profile if change.volume.name in target.adopted else None)
-            for change in plan.volumes if change.to_patch
-        )
+        needs: list[list[Action]] = []
         for consumer in plan.workloads:
             line, needed = evaluate(consumer, plan, befores.get(consumer.ref) or {}, now)
             progress.append(line)
-            actions.extend(needed)
-        actions.extend(take_turns(progress, plan, now))
+            needs.append(list(needed))
+        restarts = {restart.ref: restart for restart in take_turns(progress, plan, now)}
+        actions = staged_actions(plan, progress, needs, restarts)
     else:
         progress = [Progress(c, AWAITING_APPROVAL.state, AWAITING_APPROVAL.reason, AWAITING_APPROVAL.message)
                     for c in plan.workloads]
@@ -65,6 +61,57 @@ def advance(plan: Plan, previous: Mapping | None, now: datetime) -> Step:
     status["freshnessLoss"] = freshness_records(plan)
     status["guidance"] = None
     return Step(tuple(actions), status, tuple(events_of(previous, status, actions)))
+
+
+def _patch(plan: Plan, names: Iterable[str]) -> list[PatchVolume]:
+    """The patches of those of ``names`` whose options are not the target's yet, each guarded by the
+    resourceVersion it was read at."""
+    target = plan.target
+    wanted = set(names)
+    return [PatchVolume(change.volume.name, target.version.mount_options, change.volume.mount_options,
+                        target.version.storage_class,
+                        adopted_by=target.profile if change.volume.name in target.adopted else None,
+                        resource_version=change.volume.resource_version)
+            for change in plan.volumes if change.to_patch and change.volume.name in wanted]
+
+
+def has_had_its_turn(line: Progress) -> bool:
+    """Restarted for the target (or its restart recorded at zero replicas): every state but Pending."""
+    return line.state != State.PENDING
+
+
+def finished(progress: Sequence[Progress]) -> bool:
+    """Every workload Done, or at zero replicas with its restart recorded: nothing of theirs can still fail."""
+    return all(line.state == State.DONE or (line.state == State.WAITING and not line.waits_for_budget)
+               for line in progress)
+
+
+def staged_actions(plan: Plan, progress: Sequence[Progress], needs: Sequence[Sequence[Action]],
+                   restarts: Mapping) -> list[Action]:
+    """The tick's actions, a workload's PVs patched just before its restart and never before its turn.
+
+    A PV is patched in the tick in which the first workload mounting it has its turn, and, as every patch
+    is guarded, again in each later tick until it holds the target's options (a PV added to a workload under
+    way, an outside write). The PVs no restartable workload mounts (unused, or only a Job's, CronJob's or
+    bare pod's) are patched once every workload is finished: a bad option then never reaches them while
+    the rollout can still stop at a Blocked workload.
+    """
+    actions: list[Action] = []
+    patched: set[str] = set()
+    for line, needed in zip(progress, needs, strict=True):
+        own = restarts.get(line.consumer.ref)
+        if has_had_its_turn(line):
+            names = [name for name in line.consumer.volumes if name not in patched]
+            actions.extend(_patch(plan, names))
+            patched.update(names)
+        actions.extend(needed)
+        if isinstance(own, RestartWorkload):
+            actions.append(own)
+    if finished(progress):
+        mounted = {name for consumer in plan.workloads for name in consumer.volumes}
+        actions.extend(_patch(plan, [change.volume.name for change in plan.volumes
+                                     if change.volume.name not in mounted]))
+    return actions
 
 
 def _migration_step(plan: Plan, previous: Mapping | None, now: datetime) -> Step:

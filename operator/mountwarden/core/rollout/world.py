@@ -8,6 +8,7 @@ done: a restart is recorded in the workload's pod template
 crash never restarts a workload twice and never patches a PV halfway.
 """
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -100,8 +101,11 @@ class Target:
 
     @property
     def approved(self) -> bool:
-        return self.policy.approval != RolloutApproval.MANUAL or approves(self.approved_version, self.version.version,
-                                                                          self.adopting)
+        if self.policy.approval != RolloutApproval.MANUAL:
+            return True
+        # PVs are adopted at their workload's turn: midway, an approval given for all of them still covers the rest.
+        return approves(self.approved_version, self.version.version, self.adopting) or bool(
+            self.adopting and self.approved_version == approval_key(self.version.version, self.adopted))
 
     @property
     def patches_volumes(self) -> bool:
@@ -122,6 +126,25 @@ class Target:
         return int(number) if storage_class.startswith(prefix) and number.isdigit() else None
 
 
+def format_previous_options(options: tuple[str, ...]) -> str:
+    """mountwarden.io/previous-mount-options: a JSON array, so that an option holding a comma (SELinux
+    ``context="a,b"``) is kept whole."""
+    return json.dumps(list(options), separators=(",", ":"))
+
+
+def parse_previous_options(text: str) -> tuple[str, ...]:
+    """The annotation as written now (a JSON array) or before (the options joined by commas: an upgrade keeps
+    reading what older versions wrote)."""
+    if text.startswith("["):
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, list) and all(isinstance(option, str) for option in parsed):
+            return tuple(option for option in parsed if option)
+    return tuple(token for token in text.split(",") if token)
+
+
 @dataclass(frozen=True, slots=True)
 class Volume:
     """A PersistentVolume of the profile's lineage, or one it adopts."""
@@ -136,6 +159,8 @@ class Volume:
     previous_options: tuple[str, ...] = ()
     #: The StorageProfile that adopted it (mountwarden.io/adopted-by).
     adopted_by: str | None = None
+    #: metadata.resourceVersion as read: a patch decided on this view is refused (409) if the PV changed since.
+    resource_version: str = ""
 
     @staticmethod
     def from_object(obj: Mapping) -> "Volume":
@@ -151,8 +176,9 @@ class Volume:
             mount_options=tuple(spec.get("mountOptions") or ()),
             claim=(ref.get("namespace", ""), ref["name"]) if bound else None,
             applied_version=annotations.get(APPLIED_VERSION_ANNOTATION),
-            previous_options=tuple(token for token in previous.split(",") if token),
+            previous_options=parse_previous_options(previous),
             adopted_by=annotations.get(ADOPTED_BY_ANNOTATION),
+            resource_version=metadata.get("resourceVersion", ""),
         )
 
 
