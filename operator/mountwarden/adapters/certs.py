@@ -10,6 +10,11 @@ webhook server, which re-reads the files when their content changes (rotation),
 never sees a new key beside an old certificate.
 
 Keys are ECDSA P-256: generated in microseconds, accepted by the API server.
+
+The CA's key is kept beside ca.crt (ca.key, mode 0600), so that a renewal re-issues
+only the serving certificate, from the same CA: the caBundle registered with the
+API server stays the one that verifies the new certificate, with no moment where
+it trusts neither the old nor the new one (see ensure).
 """
 
 import datetime
@@ -29,10 +34,17 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 CERT_FILE = "tls.crt"
 KEY_FILE = "tls.key"
 CA_FILE = "ca.crt"
+CA_KEY_FILE = "ca.key"
 
 #: A locally made certificate lasts a year; one that has less than RENEW_WITHIN left is made anew.
 VALIDITY = datetime.timedelta(days=365)
 RENEW_WITHIN = datetime.timedelta(days=30)
+#: The CA lasts ten times as long as the certificates it signs: a renewal keeps it, so the caBundle written into
+#: webhook configurations stays valid across renewals, and a new serving certificate is trusted the moment kopf
+#: serves it, before anyone could register a new caBundle. The CA is replaced (and the caBundle with it) only once
+#: it would end before a certificate it signs now: at most once a decade.
+CA_VALIDITY = 10 * VALIDITY
+CA_RENEW_WITHIN = VALIDITY + RENEW_WITHIN
 # Backdated a little, so that a clock a few minutes behind does not reject a fresh certificate.
 _CLOCK_SKEW = datetime.timedelta(hours=1)
 
@@ -115,54 +127,101 @@ def _publish(directory: Path, files: dict[str, tuple[bytes, int]]) -> None:
             shutil.rmtree(old)
 
 
-def issue(directory: Path, hosts: Sequence[str], *, now: datetime.datetime | None = None,
-          validity: datetime.timedelta = VALIDITY) -> ServingCertificate:
-    """Make a new CA and a serving certificate for ``hosts`` (names or IPs) in ``directory``."""
-    now = now or datetime.datetime.now(datetime.UTC)
-    not_before, not_after = now - _CLOCK_SKEW, now + validity
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "mountwarden-webhook-ca")])
-    ca_cert = (
+@dataclass(frozen=True)
+class _Authority:
+    key: ec.EllipticCurvePrivateKey
+    cert: x509.Certificate
+
+
+def _new_authority(now: datetime.datetime, validity: datetime.timedelta) -> _Authority:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "mountwarden-webhook-ca")])
+    cert = (
         x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(not_before)
-        .not_valid_after(not_after)
+        .not_valid_before(now - _CLOCK_SKEW)
+        .not_valid_after(now + validity)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
                                      content_commitment=False, key_encipherment=False, data_encipherment=False,
                                      key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
     )
+    return _Authority(key, cert)
+
+
+def _kept_authority(directory: Path, now: datetime.datetime,
+                    renew_within: datetime.timedelta) -> _Authority | None:
+    """The CA in ``directory`` if its key is there, matches it, and it outlasts ``renew_within``; else None."""
+    ca, ca_key = directory / CA_FILE, directory / CA_KEY_FILE
+    if not (ca.exists() and ca_key.exists()):
+        return None  # an older version kept no key, or someone else's CA (cert-manager's) is there
+    try:
+        cert = x509.load_pem_x509_certificate(ca.read_bytes())
+        key = serialization.load_pem_private_key(ca_key.read_bytes(), password=None)
+    except ValueError:
+        return None
+    if not isinstance(key, ec.EllipticCurvePrivateKey) or key.public_key() != cert.public_key():
+        return None
+    if cert.not_valid_after_utc - now <= renew_within or cert.not_valid_before_utc > now:
+        return None
+    return _Authority(key, cert)
+
+
+def _publish_signed(directory: Path, authority: _Authority, hosts: Sequence[str], now: datetime.datetime,
+                    validity: datetime.timedelta) -> ServingCertificate:
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
-        .issuer_name(ca_name)
+        .issuer_name(authority.cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(not_before)
-        .not_valid_after(not_after)
+        .not_valid_before(now - _CLOCK_SKEW)
+        .not_valid_after(now + validity)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(x509.SubjectAlternativeName([_san(host) for host in hosts]), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(authority.key.public_key()),
+                       critical=False)
+        .sign(authority.key, hashes.SHA256())
     )
+    # The CA is published again with the certificate, byte for byte when kept: one version holds all four files.
     _publish(directory, {
-        CA_FILE: (ca_cert.public_bytes(serialization.Encoding.PEM), 0o644),
+        CA_FILE: (authority.cert.public_bytes(serialization.Encoding.PEM), 0o644),
+        CA_KEY_FILE: (_pem_key(authority.key), 0o600),
         KEY_FILE: (_pem_key(key), 0o600),
         CERT_FILE: (cert.public_bytes(serialization.Encoding.PEM), 0o644),
     })
     return ServingCertificate(directory / CERT_FILE, directory / KEY_FILE, directory / CA_FILE)
 
 
+def issue(directory: Path, hosts: Sequence[str], *, now: datetime.datetime | None = None,
+          validity: datetime.timedelta = VALIDITY) -> ServingCertificate:
+    """Make a new CA and a serving certificate for ``hosts`` (names or IPs) in ``directory``."""
+    now = now or datetime.datetime.now(datetime.UTC)
+    return _publish_signed(directory, _new_authority(now, CA_VALIDITY), hosts, now, validity)
+
+
+def renew(directory: Path, hosts: Sequence[str], *, now: datetime.datetime | None = None,
+          validity: datetime.timedelta = VALIDITY,
+          ca_renew_within: datetime.timedelta = CA_RENEW_WITHIN) -> ServingCertificate:
+    """A new serving certificate for ``hosts``, signed by the CA already in ``directory`` while that CA outlasts
+    ``ca_renew_within`` (ca.crt unchanged, so the registered caBundle keeps verifying); else a new CA with it."""
+    now = now or datetime.datetime.now(datetime.UTC)
+    authority = _kept_authority(directory, now, ca_renew_within)
+    if authority is None:
+        return issue(directory, hosts, now=now, validity=validity)
+    return _publish_signed(directory, authority, hosts, now, validity)
+
+
 def ensure(directory: Path, hosts: Sequence[str], *, now: datetime.datetime | None = None,
            renew_within: datetime.timedelta = RENEW_WITHIN) -> ServingCertificate:
-    """Reuse the certificate in ``directory`` if it covers ``hosts`` and is not about to expire; else issue one."""
+    """Reuse the certificate in ``directory`` if it covers ``hosts`` and is not about to expire; else renew it."""
     now = now or datetime.datetime.now(datetime.UTC)
     found = ServingCertificate.in_directory(directory)
     if found.cert.exists() and found.key.exists() and found.ca is not None:
@@ -171,7 +230,7 @@ def ensure(directory: Path, hosts: Sequence[str], *, now: datetime.datetime | No
                 return found
         except ValueError:
             pass  # not a certificate: replace it
-    return issue(directory, hosts, now=now)
+    return renew(directory, hosts, now=now)
 
 
 def require(directory: Path) -> ServingCertificate:
