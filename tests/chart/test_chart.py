@@ -490,6 +490,42 @@ def test_kube_system_is_excluded_once_when_the_chart_lives_there(render):
     assert configuration["webhooks"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system"]
 
 
+def test_exempt_namespaces_reach_the_webhooks_the_operator_and_the_enforce_policy(render, default):
+    """webhook.exemptNamespaces: left out of the chart's PVC webhook, passed to the operator (which leaves them out of
+    the deny webhooks it writes) and required by the policy on what it writes; the exempt label, in all three."""
+    from mountwarden.adapters.webhookconfig import EXEMPT_LABEL, excluded_namespaces, render_configuration
+    from mountwarden.cli import app
+    from mountwarden.handlers.config import OperatorConfig
+
+    docs = render("--set", "webhook.exemptNamespaces={batch,ops}")
+    configuration = find(docs, "ValidatingWebhookConfiguration", FULLNAME)
+    ca_bundle = find(docs, "Secret")["data"]["ca.crt"]
+    expected = render_configuration(
+        {"service": {"namespace": NAMESPACE, "name": f"{FULLNAME}-webhook", "port": 443}, "caBundle": ca_bundle},
+        excluded=excluded_namespaces(NAMESPACE, ["batch", "ops"]), agent_username=AGENT_USERNAME, fail_closed=True)
+    assert configuration["webhooks"] == expected["webhooks"]
+    assert configuration["webhooks"][0]["namespaceSelector"]["matchExpressions"] == [
+        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", NAMESPACE, "batch", "ops"]},
+        {"key": EXEMPT_LABEL, "operator": "NotIn", "values": ["true"]}]
+
+    subcommand, *args = container(find(docs, "Deployment"))["args"]
+    params = typer.main.get_command(app).commands[subcommand].make_context(subcommand, list(args)).params
+    assert params["exempt_namespaces"] == ["batch", "ops"]
+    assert OperatorConfig(exempt_namespaces=tuple(params["exempt_namespaces"])).exempt_namespaces == ("batch", "ops")
+    assert not any(a.startswith("--exempt-namespace") for a in container(find(default, "Deployment"))["args"])
+
+    enforce = " ".join(v["expression"] for v in find(
+        docs, "ValidatingAdmissionPolicy", f"{FULLNAME}-operator-enforce")["spec"]["validations"])
+    assert f'["kube-system","{NAMESPACE}","batch","ops"].all(n, n in e.values)' in enforce
+    assert f'e.key == "{EXEMPT_LABEL}" && e.operator == \'NotIn\' && \'true\' in e.values' in enforce
+
+
+def test_an_exempt_namespace_must_be_a_namespace_name(helm, helm_env):
+    result = run_helm(helm, helm_env, "template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION,
+                      "--set", "webhook.exemptNamespaces={Batch_Jobs}")
+    assert result.returncode != 0 and "/webhook/exemptNamespaces/0" in result.stderr, result.stderr
+
+
 def certificate(pem_b64: str) -> x509.Certificate:
     return x509.load_pem_x509_certificate(base64.b64decode(pem_b64))
 
@@ -807,7 +843,7 @@ def test_the_policies_name_the_release_namespace_its_accounts_and_its_webhook_se
     assert f'request.name == "{fullname}-enforce"' in enforce
     assert 'w.clientConfig.service.namespace == "infra"' in enforce
     assert f'w.clientConfig.service.name == "{fullname}-webhook"' in enforce
-    assert "['kube-system', \"infra\"]" in enforce
+    assert '["kube-system","infra"].all(n, n in e.values)' in enforce
 
 
 # -- metrics, ServiceMonitors, dashboard ------------------------------------------------------------------------

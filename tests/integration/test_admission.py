@@ -128,7 +128,8 @@ def test_the_configuration_points_at_the_operator_and_never_blocks(kube, webhook
         assert hook["side_effects"] == "None" and hook["admission_review_versions"] == ["v1"]
         assert hook["client_config"]["url"].startswith("https://127.0.0.1:")
     assert hooks["pvc.mountwarden.io"]["namespace_selector"]["match_expressions"] == [
-        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]
+        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]},
+        {"key": "mountwarden.io/exempt", "operator": "NotIn", "values": ["true"]}]
 
 
 def test_a_new_profile_with_the_deprecated_name_is_accepted_warned_and_gets_the_replacements_options(

@@ -23,7 +23,12 @@ import yaml
 from kubernetes.client import ApiException
 from tests.support import wait_for
 
-from mountwarden.adapters.webhookconfig import WebhookRegistrar, excluded_namespaces, render_enforcement
+from mountwarden.adapters.webhookconfig import (
+    EXEMPT_LABEL,
+    WebhookRegistrar,
+    excluded_namespaces,
+    render_enforcement,
+)
 from mountwarden.agent.report import ReportWriter, WriteOutcome
 from mountwarden.api.nodemountreport import NodeMountReportSpec
 from mountwarden.core.admission import ProfileEntry
@@ -66,6 +71,11 @@ class Release:
     @property
     def policy(self) -> Callable[[str], str]:
         return lambda suffix: f"{self.fullname}-{suffix}"
+
+
+def exempt_namespace(release: str) -> str:
+    """The namespace the release's webhook.exemptNamespaces names (it need not exist)."""
+    return f"{release}-exempt"
 
 
 def token_client(cluster, token: str) -> kubernetes.client.ApiClient:
@@ -118,7 +128,9 @@ def release(cluster, crds_installed) -> Iterator[Release]:
     suffix = uuid.uuid4().hex[:6]
     name, namespace, workloads = f"rights-{suffix}", f"mw-rights-{suffix}", f"mw-workloads-{suffix}"
     fullname = f"{name}-mountwarden"
-    rendered = cluster.helm("template", name, str(CHART), "--namespace", namespace).stdout
+    # One exempt namespace: the operator's deny webhooks must leave it out (the operator-enforce policy).
+    rendered = cluster.helm("template", name, str(CHART), "--namespace", namespace,
+                            "--set", f"webhook.exemptNamespaces={{{exempt_namespace(name)}}}").stdout
     docs = [doc for doc in yaml.safe_load_all(rendered) if doc]
     applied = [doc for doc in docs if doc["kind"] in APPLIED_KINDS
                or (doc["kind"] == "ValidatingWebhookConfiguration" and doc["metadata"]["name"] == f"{fullname}-enforce")]
@@ -354,7 +366,7 @@ def test_the_operator_still_evicts_a_replica_anywhere(cluster, release):
 def test_the_operator_may_only_write_deny_webhooks_calling_its_own_service(release):
     api = kubernetes.client.AdmissionregistrationV1Api(release.operator)
     service = {"service": {"namespace": release.namespace, "name": f"{release.fullname}-webhook", "port": 443}}
-    excluded = excluded_namespaces(release.namespace)
+    excluded = excluded_namespaces(release.namespace, [exempt_namespace(release.name)])
     # Scoped to claims labelled for this test alone: no other test's PVC waits on a webhook nobody serves.
     guarded = ProfileEntry("rights", "nfs.csi.k8s.io", enforcement=Enforcement.DENY,
                            pvc_selector={"matchLabels": {"mountwarden.io/test": release.name}})
@@ -388,7 +400,10 @@ def test_the_operator_may_only_write_deny_webhooks_calling_its_own_service(relea
             "Secrets in its rules": rendered(service, rules=[{
                 "apiGroups": [""], "apiVersions": ["v1"], "resources": ["secrets"], "operations": ["CREATE", "UPDATE"],
                 "scope": "Namespaced"}]),
-            "kube-system not left out": rendered(service, excluded=[release.namespace]),
+            "kube-system not left out": rendered(service, excluded=[release.namespace, exempt_namespace(release.name)]),
+            "the chart's exempt namespace not left out": rendered(service, excluded=excluded_namespaces(
+                release.namespace)),
+            "namespaces labelled exempt not left out": without_exempt_label(rendered(service)),
             "failurePolicy Ignore": rendered(service, failurePolicy="Ignore"),
         }
         for what, body in forbidden.items():
@@ -400,6 +415,14 @@ def test_the_operator_may_only_write_deny_webhooks_calling_its_own_service(relea
         registrar.enforce([])
     assert not kubernetes.client.AdmissionregistrationV1Api(release.admin).read_validating_webhook_configuration(
         release.enforce).webhooks
+
+
+def without_exempt_label(body: dict) -> dict:
+    for hook in body["webhooks"]:
+        expressions = hook["namespaceSelector"]["matchExpressions"]
+        hook["namespaceSelector"]["matchExpressions"] = [e for e in expressions if e["key"] != EXEMPT_LABEL]
+        assert len(hook["namespaceSelector"]["matchExpressions"]) == len(expressions) - 1
+    return body
 
 
 # -- NodeMountReports: its own node's, only its spec --------------------------------------------------------------

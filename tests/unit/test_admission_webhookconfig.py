@@ -7,15 +7,20 @@ import aiohttp.web
 import pytest
 
 from mountwarden.adapters.webhookconfig import (
+    EXEMPT_LABEL,
     excluded_namespaces,
     failures_as_http_errors,
     render_configuration,
+    render_enforcement,
     stale_webhooks,
 )
+from mountwarden.core.admission import ProfileEntry
+from mountwarden.handlers.config import OperatorConfig
 
 SERVER = {"url": "https://127.0.0.1:40123", "caBundle": "Q0E="}
 NOT_SYSTEM = {"matchExpressions": [
     {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "mountwarden"]},
+    {"key": "mountwarden.io/exempt", "operator": "NotIn", "values": ["true"]},
 ]}
 
 
@@ -61,6 +66,62 @@ def test_without_an_own_namespace_only_kube_system_is_left_out():
     assert body["webhooks"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system"]
 
 
+# -- namespaces left out: kube-system, the operator's own, the exempt ones, and those labelled exempt ---------------
+
+SERVICE = {"service": {"namespace": "mw", "name": "mw-webhook", "port": 443}, "caBundle": "Q0E="}
+
+
+def test_exempt_namespaces_follow_kube_system_and_the_operators_own_each_once():
+    assert excluded_namespaces("mw", ["batch", "mw", "kube-system", "batch", "ops"]) == [
+        "kube-system", "mw", "batch", "ops"]
+
+
+def test_every_deny_webhook_leaves_out_the_exempt_namespaces_and_those_labelled_exempt():
+    """The profile's own namespace selector, narrowed: ANDed expressions, so an exempt namespace never matches."""
+    scoped = ProfileEntry("guarded", "efs.csi.aws.com", enforcement="deny",
+                          namespace_selector={"matchLabels": {"team": "data"},
+                                              "matchExpressions": [{"key": "tier", "operator": "Exists"}]})
+    unscoped = ProfileEntry("everywhere", "efs.csi.aws.com", enforcement="deny")
+    body = render_enforcement(SERVICE, name="mw-enforce", excluded=excluded_namespaces("mw", ["batch"]),
+                              enforcing=[scoped, unscoped])
+    left_out = [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "mw", "batch"]},
+                {"key": EXEMPT_LABEL, "operator": "NotIn", "values": ["true"]}]
+    assert EXEMPT_LABEL == "mountwarden.io/exempt"
+    assert [hook["namespaceSelector"] for hook in body["webhooks"]] == [
+        {"matchLabels": {"team": "data"}, "matchExpressions": [{"key": "tier", "operator": "Exists"}, *left_out]},
+        {"matchExpressions": left_out},
+    ]
+    assert scoped.namespace_selector["matchExpressions"] == [{"key": "tier", "operator": "Exists"}]  # not changed
+
+
+def test_the_pvc_webhook_leaves_out_the_same_namespaces():
+    body = render_configuration(SERVICE, excluded=excluded_namespaces("mw", ["batch"]), fail_closed=True)
+    pvc, profiles = body["webhooks"]
+    assert pvc["namespaceSelector"]["matchExpressions"] == [
+        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "mw", "batch"]},
+        {"key": EXEMPT_LABEL, "operator": "NotIn", "values": ["true"]}]
+    assert "namespaceSelector" not in profiles  # cluster-scoped: a namespaceSelector never skips them
+
+
+def test_exempt_namespaces_come_from_the_command_line_or_the_environment(monkeypatch):
+    import typer
+
+    from mountwarden.cli import app
+
+    command = typer.main.get_command(app).commands["operator"]
+    given = command.make_context("operator", ["--exempt-namespace=batch", "--exempt-namespace", "ops"])
+    assert given.params["exempt_namespaces"] == ["batch", "ops"]
+    monkeypatch.setenv("MOUNTWARDEN_EXEMPT_NAMESPACES", "batch ops")
+    assert command.make_context("operator", []).params["exempt_namespaces"] == ["batch", "ops"]
+
+
+@pytest.mark.parametrize("name", ["Batch", "batch_jobs", "-batch", "b" * 64, ""])
+def test_an_exempt_namespace_that_cannot_be_a_namespace_is_refused_at_start(name):
+    with pytest.raises(ValueError, match=r"--exempt-namespace: not a namespace name"):
+        OperatorConfig(exempt_namespaces=("batch", name))
+    assert OperatorConfig(exempt_namespaces=("batch", "b" * 63)).exempt_namespaces == ("batch", "b" * 63)
+
+
 def answered(response: dict):
     async def review(request, **_):
         return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
@@ -91,3 +152,33 @@ def test_stale_webhooks_are_mountwardens_that_it_did_not_write_last_first():
     assert stale_webhooks(written, live) == [(3, "old.enforce.mountwarden.io"), (0, "gone.enforce.mountwarden.io")]
     assert stale_webhooks(written, None) == []
     assert stale_webhooks({"webhooks": []}, {"webhooks": [{"name": "someone.else.example.com"}]}) == []
+
+
+@pytest.mark.parametrize("mode", ["local", "cluster"])
+def test_the_operator_hands_its_exempt_namespaces_to_the_registrar_of_either_mode(tmp_path, mode):
+    """Locally the registrar writes the PVC webhook; in a cluster, the deny profiles' Fail webhooks."""
+    import logging
+    from types import SimpleNamespace
+
+    import kopf
+    from kubernetes.client import ApiClient
+
+    from mountwarden.adapters import certs
+    from mountwarden.handlers.admission import serve_admission
+    from mountwarden.handlers.config import WebhookMode
+
+    certs.issue(tmp_path, ["127.0.0.1"])
+    cluster = {"webhook_service": "mw/mw-webhook", "enforce_configuration": "mw-enforce"} if mode == "cluster" else {}
+    config = OperatorConfig(webhook_mode=WebhookMode(mode), namespace="mw", exempt_namespaces=("batch",),
+                            webhook_cert_dir=str(tmp_path), **cluster)
+    settings = kopf.OperatorSettings()
+    settings.peering.standalone = True
+    memo = SimpleNamespace(config=config, kube_client=ApiClient())
+    serve_admission(settings, memo, logging.getLogger(__name__))
+    try:
+        registrar = memo.admission.registrar
+        assert registrar.enforcement_configuration == cluster.get("enforce_configuration")
+        assert registrar.excluded == ["kube-system", "mw", "batch"]
+    finally:
+        memo.admission.repair_stop.set()
+        memo.admission.repair_thread.join(timeout=10)

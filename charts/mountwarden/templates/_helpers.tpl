@@ -38,6 +38,15 @@ app.kubernetes.io/component: {{ .component }}
 system:serviceaccount:{{ .Release.Namespace }}:{{ include "mountwarden.agentServiceAccount" . }}
 {{- end -}}
 
+{{/* A namespace labelled with it "true" calls none of the PVC webhooks (webhookconfig.EXEMPT_LABEL). */}}
+{{- define "mountwarden.exemptLabel" -}}mountwarden.io/exempt{{- end -}}
+
+{{/* The namespaces every PVC webhook leaves out, as a JSON list: kube-system, the release's, webhook.exemptNamespaces
+(the operator's excluded_namespaces, in the same order). */}}
+{{- define "mountwarden.excludedNamespaces" -}}
+{{- concat (list "kube-system" .Release.Namespace) (.Values.webhook.exemptNamespaces | default list) | uniq | toJson -}}
+{{- end -}}
+
 {{/* The label the active operator replica puts on its own pod; the webhook Service selects it. */}}
 {{- define "mountwarden.activeLabel" -}}mountwarden.io/active{{- end -}}
 

@@ -35,8 +35,14 @@ handler; the configuration here needs all three to be otherwise:
   replicas behind a Service.
 - timeoutSeconds 3: the answer comes from memory in well under a millisecond; a
   longer wait only delays PVC creation when the operator hangs.
-- a namespaceSelector that leaves out kube-system and the operator's own
-  namespace, so that neither waits on mountwarden.
+- a namespaceSelector that leaves out kube-system, the operator's own
+  namespace and those named by ``--exempt-namespace``, so that none waits on
+  mountwarden; and any namespace labelled ``mountwarden.io/exempt: "true"``
+  (EXEMPT_LABEL), for whoever may label namespaces to take one out without
+  redeploying. Both go into the PVC webhook and into every deny profile's
+  failurePolicy Fail webhook: an exempt namespace is never refused because
+  mountwarden is down. (A namespaceSelector never skips a cluster-scoped
+  object, so the StorageProfile and NodeMountReport webhooks have none.)
 - with an agent service account (``--agent-service-account``): a webhook on
   NodeMountReports (failurePolicy Fail in a cluster, Ignore locally), which a
   matchCondition limits to that service account's requests: the agent may write
@@ -84,6 +90,9 @@ PROFILE_WEBHOOK = "storageprofile"
 REPORT_WEBHOOK = "nodemountreport"
 TIMEOUT_SECONDS = 3
 ALWAYS_EXCLUDED_NAMESPACES = ("kube-system",)
+#: A namespace with this label set to "true" calls none of mountwarden's PVC webhooks (the chart writes the same
+#: key: mountwarden.exemptLabel in charts/mountwarden/templates/_helpers.tpl).
+EXEMPT_LABEL = "mountwarden.io/exempt"
 LOCAL_HOST = "127.0.0.1"
 CLUSTER_PORT = 9443
 DEFAULT_CLUSTER_CERT_DIR = "/etc/mountwarden/webhook-certs"
@@ -106,15 +115,20 @@ _REPORT_RULE = {
 SERVICE_PORT = 443
 
 
-def excluded_namespaces(own_namespace: str | None) -> list[str]:
-    return [*ALWAYS_EXCLUDED_NAMESPACES, *([own_namespace] if own_namespace else [])]
+def excluded_namespaces(own_namespace: str | None, exempt: Sequence[str] = ()) -> list[str]:
+    """kube-system, the operator's own namespace and the exempt ones, each once, in that order."""
+    names = [*ALWAYS_EXCLUDED_NAMESPACES, *([own_namespace] if own_namespace else []), *exempt]
+    return list(dict.fromkeys(names))
 
 
 def _excluding(selector: Mapping | None, namespaces: Sequence[str]) -> dict:
+    """``selector`` narrowed to namespaces not named in ``namespaces`` and not labelled exempt (NotIn also matches
+    a namespace without the label)."""
     selector = dict(selector or {})
     selector["matchExpressions"] = [
         *(selector.get("matchExpressions") or []),
         {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": list(namespaces)},
+        {"key": EXEMPT_LABEL, "operator": "NotIn", "values": ["true"]},
     ]
     return selector
 

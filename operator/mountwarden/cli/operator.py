@@ -112,13 +112,19 @@ def operator_command(
     webhook_cert_dir: Annotated[str | None, typer.Option(
         "--webhook-cert-dir", envvar="MOUNTWARDEN_WEBHOOK_CERT_DIR",
         help="tls.crt and tls.key (e.g. a cert-manager Secret), reloaded when they change; locally made there "
-             "when absent. Default in a cluster: /etc/mountwarden/webhook-certs.")] = None,
+             "when absent, with ca.crt and its key ca.key, and renewed from that same CA before they expire (the "
+             "registered caBundle stays valid). Default in a cluster: /etc/mountwarden/webhook-certs.")] = None,
     webhook_host: Annotated[str, typer.Option(
         "--webhook-host", envvar="MOUNTWARDEN_WEBHOOK_HOST",
         help="local: the address the API server reaches this process at.")] = "127.0.0.1",
     namespace: Annotated[str | None, typer.Option(
         "--namespace", envvar="POD_NAMESPACE",
         help="The operator's own namespace: its PVCs, like kube-system's, skip the webhook.")] = None,
+    exempt_namespaces: Annotated[list[str] | None, typer.Option(
+        "--exempt-namespace", envvar="MOUNTWARDEN_EXEMPT_NAMESPACES", metavar="NAMESPACE",
+        help="A namespace whose PVCs call none of mountwarden's webhooks, like kube-system and --namespace, deny "
+             "profiles' failurePolicy Fail ones included (repeatable). A namespace labelled "
+             "mountwarden.io/exempt=true is left out too.")] = None,
     network_provisioners: Annotated[list[str] | None, typer.Option(
         "--network-provisioner", envvar="MOUNTWARDEN_NETWORK_PROVISIONERS",
         help="A provisioner whose volumes are NFS, beyond the known ones (repeatable).")] = None,
@@ -181,6 +187,7 @@ def operator_command(
         config = OperatorConfig(
             kubeconfig=kubeconfig, metrics_port=metrics_port, webhook_mode=webhook_mode, webhook_port=webhook_port,
             webhook_cert_dir=webhook_cert_dir, webhook_host=webhook_host, namespace=namespace,
+            exempt_namespaces=tuple(exempt_namespaces or ()),
             network_provisioners=tuple(network_provisioners or ()), agent_service_account=agent_service_account,
             webhook_service=webhook_service, enforce_configuration=enforce_configuration, active_label=active_label,
             collect_interval=collect_interval, credit_interval=credit_interval,

@@ -221,14 +221,14 @@ def serve_admission(settings: kopf.OperatorSettings, memo: OperatorContext, logg
         admission.replica_active = ActiveReplica(memo.kube_client, peering_name=settings.peering.name,
                                                  priority=settings.peering.priority,
                                                  identity=os.environ.get("POD_ID"))
+    excluded = excluded_namespaces(config.namespace, config.exempt_namespaces)
     if resolve_mode(config.webhook_mode, kubeconfig=config.kubeconfig) == WebhookMode.LOCAL:
-        admission.registrar = WebhookRegistrar(memo.kube_client, excluded_namespaces(config.namespace),
-                                               agent_username=config.agent_username)
+        admission.registrar = WebhookRegistrar(memo.kube_client, excluded, agent_username=config.agent_username)
         server = local_server(admission.registrar, host=config.webhook_host, port=config.webhook_port,
                               cert_dir=config.webhook_cert_dir)
     elif config.enforce_configuration and config.webhook_service_ref:
         admission.registrar = WebhookRegistrar(
-            memo.kube_client, excluded_namespaces(config.namespace),
+            memo.kube_client, excluded,
             enforcement_configuration=config.enforce_configuration, is_active=admission.replica_active,
             report=lambda changed: report_enforcement(memo, changed),
         )

@@ -1,5 +1,6 @@
 """Operator settings: the handlers are registered from them, and read them from kopf's memo (``memo.config``)."""
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -8,6 +9,9 @@ from mountwarden.adapters.webhookconfig import REPAIR_SECONDS, parse_service
 from mountwarden.core.admission import service_account_username
 from mountwarden.core.node.failures import DEFAULT_STUCK_AFTER_SECONDS
 from mountwarden.core.policyreport import ReportFormat
+
+#: A namespace's name is a DNS label (RFC 1123): the API server refuses a webhook naming anything else.
+_NAMESPACE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 class WebhookMode(StrEnum):
@@ -33,6 +37,8 @@ class OperatorConfig:
     webhook_host: str = "127.0.0.1"
     #: The operator's own namespace: its PVCs never wait on its webhook.
     namespace: str | None = None
+    #: Namespaces whose PVCs call none of mountwarden's webhooks, besides kube-system and the operator's own.
+    exempt_namespaces: tuple[str, ...] = ()
     #: Provisioners that mount NFS beyond the built-in list (see mountwarden.core.admission).
     network_provisioners: tuple[str, ...] = ()
     #: NAMESPACE:NAME of the node agent's service account, whose report writes are checked.
@@ -78,6 +84,10 @@ class OperatorConfig:
             username = service_account_username(self.agent_service_account) if self.agent_service_account else None
         except ValueError as error:
             raise ValueError(f"--agent-service-account: {error}") from None
+        bad = [name for name in self.exempt_namespaces if not _NAMESPACE_NAME.fullmatch(name)]
+        if bad:
+            raise ValueError(f"--exempt-namespace: not a namespace name (a DNS label: at most 63 lowercase "
+                             f"alphanumerics and '-'): {', '.join(map(repr, bad))}")
         try:
             service = parse_service(self.webhook_service) if self.webhook_service else None
         except ValueError as error:
