@@ -214,3 +214,22 @@ def test_a_name_too_long_for_a_label_admitted_before_the_crd_refused_it_is_repor
     finally:
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(original))
         kube.delete_profile(name)
+
+
+def test_an_enforce_configuration_with_no_deny_profile_is_left_alone_by_the_repair_loop(kube, enforce_configuration):
+    """No deny profile (the chart's default): nothing to write, and nothing said to have drifted, round after round."""
+    registrar = WebhookRegistrar(kube.client, ["kube-system"], enforcement_configuration=enforce_configuration)
+    registrar.serving({"url": "https://127.0.0.1:1/", "caBundle": ""})
+    registrar.enforce([])
+    version = configuration(kube, enforce_configuration)["metadata"]["resourceVersion"]
+    assert [registrar.repair() for _ in range(3)] == [False, False, False]
+    assert configuration(kube, enforce_configuration)["metadata"]["resourceVersion"] == version
+    # ...and a webhook of mountwarden's that someone left there is still removed.
+    api = kubernetes.client.AdmissionregistrationV1Api(kube.client)
+    stale = {"name": "gone.enforce.mountwarden.io", "clientConfig": {"url": "https://127.0.0.1:1/pvc"},
+             "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["persistentvolumeclaims"],
+                        "operations": ["CREATE"]}], "sideEffects": "None", "admissionReviewVersions": ["v1"]}
+    api.patch_validating_webhook_configuration(enforce_configuration, [{"op": "add", "path": "/webhooks",
+                                                                        "value": [stale]}])
+    assert registrar.repair() is True
+    assert hooks(kube, enforce_configuration) == {}

@@ -321,6 +321,13 @@ class WebhookRegistrar:
             if self._written is None:  # the last write failed (or none was made): make it again
                 self._applied = None
                 return self._apply()
+            if not self._written.get("webhooks"):
+                # No deny profile: nothing of ours to apply again, and applying nothing is never a no-op (the API
+                # server stores the object anew each time), so look, and remove what should not be there.
+                live = self._read()
+                drifted = bool(stale_webhooks(self._written, live))
+                self._remove_stale(live)
+                return drifted
             version = self._version
             live = self._write(self._written)
             self._remove_stale(live)
@@ -329,6 +336,14 @@ class WebhookRegistrar:
             logger.warning(f"ValidatingWebhookConfiguration {self.name} was changed by someone else: "
                            "mountwarden's webhooks written again")
             return True
+
+    def _read(self) -> dict | None:
+        """The configuration as stored, through patch (the one verb RBAC grants on it): a JSON patch that only tests
+        the name, which changes nothing."""
+        response = self.api.patch_validating_webhook_configuration(
+            self.name, [{"op": "test", "path": "/metadata/name", "value": self.name}], _request_timeout=10,
+            _content_type="application/json-patch+json", _preload_content=False)
+        return json.loads(response.data) if getattr(response, "data", None) else None
 
     def _remove_stale(self, live: Mapping | None) -> None:
         assert self._written is not None

@@ -17,6 +17,7 @@ Nothing here acts on a failure: a profile may ask for pods on a stale handle to 
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import os
 import threading
@@ -52,6 +53,9 @@ class MountFailures:
         self._reports: dict[str, NodeReport] = {}
         self._orphaned: dict[str, dict[str, datetime]] = {}
         self._found: dict[str, tuple[Finding, ...]] = {}
+        #: The context of kopf's first report event: kopf posts Events (kopf.warn) only through what it holds,
+        #: which it sets per object, never for a task of a start-up handler such as the judging loop.
+        self.context: contextvars.Context | None = None
 
     def follow(self, node: str, report: NodeReport | None) -> None:
         with self._lock:
@@ -158,6 +162,8 @@ def judge_node(memo: OperatorContext, node: str, now: datetime | None = None) ->
 
 def follow_report(name: str, spec: kopf.Spec, type: str, memo: OperatorContext, **_) -> None:
     """A node's report changed: judge its failures again (a report deleted takes its failures along)."""
+    if memo.mount_failures.context is None:
+        memo.mount_failures.context = contextvars.copy_context()
     if type == "DELETED" or not spec:
         memo.mount_failures.follow(name, None)
     else:
@@ -170,12 +176,14 @@ def follow_report(name: str, spec: kopf.Spec, type: str, memo: OperatorContext, 
 
 async def judge_every_node(memo: OperatorContext, active) -> None:
     """Every ``failure_interval``: judge every node again (time alone makes some failures), when active."""
+    failures = memo.mount_failures
     while True:
         await asyncio.sleep(memo.config.failure_interval)
         try:
-            if await asyncio.to_thread(active):
-                for node in memo.mount_failures.nodes:
-                    await asyncio.to_thread(judge_node, memo, node)
+            # No report event yet: no node to judge, and no context to post Events through.
+            if failures.context is not None and await asyncio.to_thread(active):
+                for node in failures.nodes:
+                    await asyncio.to_thread(failures.context.copy().run, judge_node, memo, node)
         except Exception:  # a bug or the API away must not end the loop: the next round tries again
             log.exception("judging the nodes' mount failures failed")
 
@@ -188,7 +196,6 @@ async def start_judging(memo: OperatorContext, settings: kopf.OperatorSettings, 
     else:  # a paused replica's reports are stale: only the active one judges (and posts, and evicts)
         active = ActiveReplica(memo.kube_client, peering_name=settings.peering.name,
                                priority=settings.peering.priority, identity=os.environ.get("POD_ID"))
-    # Created here, on kopf's loop: the task keeps kopf's context, so that Events posted from it reach its poster.
     memo.failure_loop = asyncio.get_running_loop().create_task(judge_every_node(memo, active))
 
 

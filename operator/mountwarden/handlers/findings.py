@@ -58,7 +58,11 @@ def post_once(posted: PostedFindings, finding: Finding) -> None:
     metadata = {"name": subject.name, "namespace": subject.namespace}
     if subject.kind != "Node":  # a Node is named, not identified, by the key PostedFindings keeps for it
         metadata["uid"] = subject.uid
-    warn({"apiVersion": subject.api_version, "kind": subject.kind, "metadata": metadata}, finding)
+    try:
+        warn({"apiVersion": subject.api_version, "kind": subject.kind, "metadata": metadata}, finding)
+    except Exception:  # not posted: a later judgement posts it, rather than never
+        posted.forget(subject.uid, event_reason(finding), finding.message)
+        raise
 
 
 def publish(context: OperatorContext, profile: str, source: str, findings: Iterable[Finding]) -> None:

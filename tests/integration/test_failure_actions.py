@@ -1,0 +1,148 @@
+"""What the operator does with the nodes' mount failures, on the local control plane: Events from its judging loop,
+evictions of pods on a stale handle past a PodDisruptionBudget.
+
+Pods run on a kwok node; the node's report is written as its agent writes one. The real node proves the same on a
+real kubelet and kernel (tests/realnode/test_real_node_mount_failures.py); here each step fails fast and says why.
+A deleted pod becomes StuckTerminating only when time passes (``--stuck-after``), so its Event comes from the
+loop that judges every node every ``--failure-interval``, not from a report's change: that loop runs outside any
+kopf handler, and an Event posted from it once never reached the API server.
+"""
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import kubernetes
+import pytest
+from tests.integration.moto_server import MotoServer, dummy_aws_environment
+from tests.integration.test_compliance import volume_for
+from tests.support import GROUP, VERSION, OperatorProcess, profile_body, wait_for
+
+pytestmark = pytest.mark.cluster
+
+#: Long enough for the operator to judge a report before a pod in it is stuck (a loaded machine included).
+STUCK_AFTER = 15
+
+
+@pytest.fixture(scope="module")
+def judging_operator(cluster, crds_installed, _moto_server_process: MotoServer,
+                     tmp_path_factory) -> Iterator[OperatorProcess]:
+    """The operator judging every node each second, a deleted pod stuck STUCK_AFTER seconds past its deadline."""
+    log_dir = tmp_path_factory.mktemp("operator")
+    process = OperatorProcess(str(cluster.kubeconfig), log_dir, extra_env={
+        **dummy_aws_environment(log_dir), "AWS_ENDPOINT_URL": _moto_server_process.endpoint_url,
+        "MOUNTWARDEN_STUCK_AFTER": str(STUCK_AFTER), "MOUNTWARDEN_FAILURE_INTERVAL": "1"})
+    process.start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def operator(judging_operator) -> OperatorProcess:
+    """Under the name the operator's log is attached to a failed test by (tests/operator_fixtures.py)."""
+    return judging_operator
+
+
+def mount_of(uid: str, volume: str) -> dict:
+    return {"podUid": uid, "volumeName": volume, "plugin": "nfs", "fstype": "nfs4",
+            "source": f"nas.example.com:/{volume}", "server": "nas.example.com", "export": f"/{volume}",
+            "mountPoint": f"/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~nfs/{volume}", "superblock": "0:91",
+            "optionsSource": "mountstats", "effectiveOptions": ["vers=4.1", "hard"]}
+
+
+def write_report(kube, node: str, volumes: list[dict], failures: list[dict] = ()) -> None:
+    spec = {"nodeName": node, "scanTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "agentVersion": "test",
+            "networkFstypes": ["nfs4"], "volumes": volumes, "failures": list(failures)}
+    try:
+        kube.custom.patch_cluster_custom_object(GROUP, VERSION, "nodemountreports", node, {"spec": spec})
+    except kubernetes.client.ApiException as error:
+        if error.status != 404:
+            raise
+        kube.custom.create_cluster_custom_object(GROUP, VERSION, "nodemountreports", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "NodeMountReport", "metadata": {"name": node}, "spec": spec})
+
+
+def node_events(kube, node: str, reason: str) -> list[str]:
+    return [event.message for event in kube.core.list_namespaced_event(
+        "default", field_selector=f"involvedObject.kind=Node,involvedObject.name={node},reason={reason}").items]
+
+
+def events(kube, namespace: str, name: str, reason: str) -> list[str]:
+    return [event.message for event in kube.core.list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={name},reason={reason}").items]
+
+
+def test_a_deleted_pod_whose_volume_stays_stuck_is_said_stuck_terminating_by_the_judging_loop(
+        cluster, kube, operator, namespace, unique):
+    node = cluster.node_names[0]
+    name = f"stuck-{unique}"
+    kube.core.create_namespaced_pod(namespace, {
+        # The finalizer keeps the deleted pod Terminating, as a kubelet does while its volume will not unmount.
+        "metadata": {"name": name, "finalizers": ["mountwarden.test/held"]},
+        "spec": {"nodeName": node, "containers": [{"name": "app", "image": "registry.invalid/app:1"}],
+                 "volumes": [{"name": "data", "nfs": {"server": "nas.example.com", "path": "/stuck"}}]}})
+    uid = wait_for(lambda: (pod := kube.core.read_namespaced_pod(name, namespace)).status.phase == "Running"
+                   and pod.metadata.uid, timeout=60, what=f"pod {name} Running")
+    try:
+        kube.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        deadline = wait_for(lambda: kube.core.read_namespaced_pod(name, namespace).metadata.deletion_timestamp,
+                            what="the pod Terminating")
+        # Written past the pod's deadline, with a failure of the node (its Event says when the report was judged).
+        server = f"nas-{unique}.example.com"
+        write_report(kube, node, [{**mount_of(uid, "data"), "serverResponding": False,
+                                   "stuckProcesses": [{"pid": 4242, "command": "dd", "wchan": "folio_wait_bit_common"}]}],
+                     [{"reason": "ServerNotResponding", "severity": "error", "message": f"NFS server {server} does not "
+                       "answer", "remedy": "Bring it back.", "pods": [uid], "evidence": {"server": server}}])
+        wait_for(lambda: any(server in m for m in node_events(kube, node, "ServerNotResponding")), timeout=30,
+                 what="the report judged (the node's ServerNotResponding Event)")
+        judged = datetime.now(UTC)
+        assert judged < deadline + timedelta(seconds=STUCK_AFTER), \
+            "the report was judged only once the pod was stuck: raise STUCK_AFTER, the loop is what this test is about"
+        (message,) = wait_for(lambda: events(kube, namespace, name, "StuckTerminating"), timeout=60,
+                              what="a StuckTerminating Event on the pod, from the judging loop")
+        assert f"pod {namespace}/{name}, deleted to be gone by" in message and "pid 4242 (dd" in message, message
+    finally:
+        kube.core.patch_namespaced_pod(name, namespace, {"metadata": {"finalizers": None}})
+        write_report(kube, node, [])
+
+
+def test_pods_on_a_stale_handle_are_evicted_only_as_their_budget_allows(cluster, kube, operator, namespace, unique):
+    node = cluster.node_names[0]
+    profile = f"evict-{unique}"
+    kube.apply_profile(profile_body(profile, "coherent", backend={"provisioner": "nfs.csi.k8s.io"},
+                                    remediation={"staleFileHandle": "Evict", "windowSeconds": 600}))
+    wait_for(lambda: kube.classes_of(profile), what="the profile's class")
+    pv = f"pv-{profile}"
+    volume_for(kube, namespace, pv, f"{profile}-v1")
+    kube.apps.create_namespaced_deployment(namespace, {
+        "metadata": {"name": "web"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}}, "spec": {
+                     "nodeName": node, "containers": [{"name": "app", "image": "registry.invalid/app:1"}],
+                     "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": pv}}]}}}})
+    policy = kubernetes.client.PolicyV1Api(kube.client)
+    policy.create_namespaced_pod_disruption_budget(namespace, {
+        "metadata": {"name": "web"}, "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}}})
+    old = wait_for(lambda: len(pods := [p for p in kube.core.list_namespaced_pod(namespace, label_selector="app=web")
+                                        .items if p.status.phase == "Running"]) == 2 and pods, timeout=60,
+                   what="both replicas Running")
+    old_uids = {pod.metadata.uid for pod in old}
+    stale = [{"reason": "StaleFileHandle", "severity": "error", "message": f"volume {pv} of pod UID {uid}: ESTALE",
+              "remedy": "Restart the pod.", "podUid": uid,
+              "evidence": {"node": node, "volume": pv, "mountPoint": mount_of(uid, pv)["mountPoint"], "probe": "ESTALE"}}
+             for uid in old_uids]
+    try:
+        write_report(kube, node, [mount_of(uid, pv) for uid in old_uids], stale)
+        refused = wait_for(lambda: events(kube, "default", profile, "EvictionRefused"), timeout=60,
+                           what="an EvictionRefused Event on the profile")
+        assert "web" in refused[0] and "stale file handle" in refused[0], refused
+        assert {p.metadata.uid for p in kube.core.list_namespaced_pod(namespace, label_selector="app=web").items} \
+            == old_uids  # the budget held
+
+        policy.patch_namespaced_pod_disruption_budget("web", namespace, {"spec": {"minAvailable": 1}})
+        evicted = wait_for(lambda: events(kube, "default", profile, "StaleHandleEvicted"), timeout=60,
+                           what="a StaleHandleEvicted Event on the profile")
+        assert any(uid_name in evicted[0] for uid_name in
+                   (p.metadata.name for p in old)), evicted
+    finally:
+        write_report(kube, node, [])
+        kube.delete_profile(profile)
