@@ -210,6 +210,19 @@ def report_spec(node: str, *, volumes: list[dict] = (), sqlite: list[dict] = (),
                         "remedy": "", **database} for database in sqlite]}
 
 
+def put_report(kube: "Kube", node: str, spec: dict) -> None:
+    """Write the node's NodeMountReport as its agent does: created the first time, its spec replaced after."""
+    import kubernetes
+
+    try:
+        kube.custom.patch_cluster_custom_object(GROUP, VERSION, "nodemountreports", node, {"spec": spec})
+    except kubernetes.client.ApiException as error:
+        if error.status != 404:
+            raise
+        kube.custom.create_cluster_custom_object(GROUP, VERSION, "nodemountreports", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "NodeMountReport", "metadata": {"name": node}, "spec": spec})
+
+
 def read_report(node: str, **spec) -> "NodeReport":
     """``report_spec`` read as the operator reads a report."""
     return read_node_report(node, report_spec(node, **spec))

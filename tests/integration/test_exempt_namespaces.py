@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import kubernetes
 import pytest
 from tests.integration.moto_server import MotoServer, dummy_aws_environment
+from tests.integration.test_enforce_isolation import enforce_configuration  # noqa: F401 (its fixture)
 from tests.support import OperatorProcess, profile_body, wait_for
 
 from mountwarden.adapters.webhookconfig import (
@@ -58,16 +59,6 @@ def exempt_namespaces(kube, unique) -> Iterator[tuple[str, str]]:
         kube.core.delete_namespace(name)
 
 
-@pytest.fixture
-def enforce_configuration(kube, unique) -> Iterator[str]:
-    """An empty configuration, as the chart creates it for the operator to fill."""
-    name = f"mw-test-exempt-enforce-{unique}"
-    api = kubernetes.client.AdmissionregistrationV1Api(kube.client)
-    api.create_validating_webhook_configuration({"metadata": {"name": name}, "webhooks": []})
-    yield name
-    api.delete_validating_webhook_configuration(name)
-
-
 def create(cluster, obj: dict, *, dry_run: bool = False) -> subprocess.CompletedProcess:
     return cluster.kubectl("create", "-f", "-", *(["--dry-run=server"] if dry_run else []),
                            input=json.dumps(obj), check=False)
@@ -82,7 +73,7 @@ def claim(namespace: str, name: str, app: str) -> dict:
 
 
 def test_a_claim_a_deny_profile_refuses_goes_through_in_exempt_namespaces_and_is_refused_elsewhere(
-        cluster, kube, operator, namespace, unique, exempt_namespaces, enforce_configuration):
+        cluster, kube, operator, namespace, unique, exempt_namespaces, enforce_configuration):  # noqa: F811
     named, labelled = exempt_namespaces
     guarded = f"guarded-{unique}"
     cluster.kubectl("apply", "-f", "-", input=json.dumps({

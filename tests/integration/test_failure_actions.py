@@ -15,7 +15,7 @@ import kubernetes
 import pytest
 from tests.integration.moto_server import MotoServer, dummy_aws_environment
 from tests.integration.test_compliance import volume_for
-from tests.support import GROUP, VERSION, OperatorProcess, profile_body, wait_for
+from tests.support import OperatorProcess, profile_body, put_report, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -52,13 +52,7 @@ def mount_of(uid: str, volume: str) -> dict:
 def write_report(kube, node: str, volumes: list[dict], failures: list[dict] = ()) -> None:
     spec = {"nodeName": node, "scanTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "agentVersion": "test",
             "networkFstypes": ["nfs4"], "volumes": volumes, "failures": list(failures)}
-    try:
-        kube.custom.patch_cluster_custom_object(GROUP, VERSION, "nodemountreports", node, {"spec": spec})
-    except kubernetes.client.ApiException as error:
-        if error.status != 404:
-            raise
-        kube.custom.create_cluster_custom_object(GROUP, VERSION, "nodemountreports", {
-            "apiVersion": f"{GROUP}/{VERSION}", "kind": "NodeMountReport", "metadata": {"name": node}, "spec": spec})
+    put_report(kube, node, spec)
 
 
 def node_events(kube, node: str, reason: str) -> list[str]:

@@ -304,6 +304,16 @@ class StateRecorder:
         return order
 
 
+def other_consumer_mounted(case, node: str) -> str:
+    """Another consumer of one export on ``node``, through a PV no profile governs, mounted: the export's path."""
+    export = f"/{case.unique}/shared"
+    case.claim("other", "", STAGING, path=export)
+    case.bare_pod("other", "other", node)
+    wait_for(lambda: case.reported_options(case.kube.core.read_namespaced_pod("other", case.namespace)),
+             what="the other consumer mounted")
+    return export
+
+
 def test_workloads_restart_one_at_a_time_and_are_verified_on_the_nodes(scenario):
     case = scenario
     case.start("staging", rollout=AUTOMATIC)
@@ -357,12 +367,7 @@ def replicas_on_a_shared_superblock(case: Scenario, replicas: int) -> tuple[str,
     """
     node = case.node_names[0]
     case.start("staging", rollout=AUTOMATIC)
-    # Another consumer of the same export on the same node, through a PV no profile governs.
-    export = f"/{case.unique}/shared"
-    case.claim("other", "", STAGING, path=export)
-    case.bare_pod("other", "other", node)
-    wait_for(lambda: case.reported_options(case.kube.core.read_namespaced_pod("other", case.namespace)),
-             what="the other consumer mounted")
+    export = other_consumer_mounted(case, node)
     case.claim("app", case.v1, STAGING, path=export)
     case.deployment("app", "app", replicas=replicas, node=node)
     case.wait_ready(("Deployment", "app", replicas))
@@ -802,11 +807,7 @@ def test_a_workload_whose_new_mount_fails_stops_the_rollout_with_the_later_workl
     case = scenario
     node = case.node_names[0]
     case.start("staging", rollout=AUTOMATIC)
-    export = f"/{case.unique}/shared"
-    case.claim("other", "", STAGING, path=export)
-    case.bare_pod("other", "other", node)
-    wait_for(lambda: case.reported_options(case.kube.core.read_namespaced_pod("other", case.namespace)),
-             what="the other consumer mounted")
+    export = other_consumer_mounted(case, node)
     app = case.claim("app", case.v1, STAGING, path=export)
     zulu = case.claim("zulu", case.v1, STAGING)
     case.deployment("app", "app", replicas=1, node=node)

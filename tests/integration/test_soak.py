@@ -6,11 +6,10 @@ drift to post. Whatever the operator remembers of them must go with them: the re
 process, after a warm-up, stays flat, and /metrics names no deleted profile.
 """
 
-import kubernetes
 import psutil
 import pytest
 from tests.integration.test_compliance import profile_with_a_pod
-from tests.support import GROUP, VERSION, profile_body, scrape, wait_for
+from tests.support import GROUP, VERSION, profile_body, put_report, scrape, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.chaos]
 
@@ -36,13 +35,7 @@ def write_report(kube, node: str, uid: str, pv: str, acregmax: int) -> None:
                          "mountPoint": f"/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~nfs/data",
                          "superblock": "0:77", "optionsSource": "mountstats",
                          "effectiveOptions": ["vers=4.1", "hard", f"acregmax={acregmax}", "lookupcache=positive"]}]}
-    try:
-        kube.custom.patch_cluster_custom_object(GROUP, VERSION, "nodemountreports", node, {"spec": spec})
-    except kubernetes.client.ApiException as error:
-        if error.status != 404:
-            raise
-        kube.custom.create_cluster_custom_object(GROUP, VERSION, "nodemountreports", {
-            "apiVersion": f"{GROUP}/{VERSION}", "kind": "NodeMountReport", "metadata": {"name": node}, "spec": spec})
+    put_report(kube, node, spec)
 
 
 def batch(kube, unique: str, number: int, node: str, uid: str, pv: str) -> list[str]:
