@@ -210,6 +210,13 @@ def report_spec(node: str, *, volumes: list[dict] = (), sqlite: list[dict] = (),
                         "remedy": "", **database} for database in sqlite]}
 
 
+def profile_events(kube: "Kube", profile: str, reason: str) -> list[str]:
+    """A StorageProfile's Events wherever kopf wrote them: a cluster-scoped object's go to the namespace the operator
+    runs in (its pod's, kopf/_cogs/clients/events.py), "default" out of a cluster. `kubectl describe` looks in all."""
+    return [event.message for event in kube.core.list_event_for_all_namespaces(
+        field_selector=f"involvedObject.kind=StorageProfile,involvedObject.name={profile},reason={reason}").items]
+
+
 def put_report(kube: "Kube", node: str, spec: dict) -> None:
     """Write the node's NodeMountReport as its agent does: created the first time, its spec replaced after."""
     import kubernetes

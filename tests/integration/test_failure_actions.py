@@ -15,7 +15,7 @@ import kubernetes
 import pytest
 from tests.integration.moto_server import MotoServer, dummy_aws_environment
 from tests.integration.test_compliance import volume_for
-from tests.support import OperatorProcess, profile_body, put_report, wait_for
+from tests.support import OperatorProcess, profile_body, profile_events, put_report, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -126,17 +126,16 @@ def test_pods_on_a_stale_handle_are_evicted_only_as_their_budget_allows(cluster,
              for uid in old_uids]
     try:
         write_report(kube, node, [mount_of(uid, pv) for uid in old_uids], stale)
-        refused = wait_for(lambda: events(kube, "default", profile, "EvictionRefused"), timeout=60,
+        refused = wait_for(lambda: profile_events(kube, profile, "EvictionRefused"), timeout=60,
                            what="an EvictionRefused Event on the profile")
         assert "web" in refused[0] and "stale file handle" in refused[0], refused
         assert {p.metadata.uid for p in kube.core.list_namespaced_pod(namespace, label_selector="app=web").items} \
             == old_uids  # the budget held
 
         policy.patch_namespaced_pod_disruption_budget("web", namespace, {"spec": {"minAvailable": 1}})
-        evicted = wait_for(lambda: events(kube, "default", profile, "StaleHandleEvicted"), timeout=60,
+        evicted = wait_for(lambda: profile_events(kube, profile, "StaleHandleEvicted"), timeout=60,
                            what="a StaleHandleEvicted Event on the profile")
-        assert any(uid_name in evicted[0] for uid_name in
-                   (p.metadata.name for p in old)), evicted
+        assert any(pod.metadata.name in evicted[0] for pod in old), evicted
     finally:
         write_report(kube, node, [])
         kube.delete_profile(profile)

@@ -29,7 +29,7 @@ from tests.integration.test_policy_reports import cluster_results, policy_report
 from tests.realnode.conftest import CHART_START_SECONDS, active_operator
 from tests.realnode.test_chart_on_node import helm_upgrade
 from tests.realnode.test_real_node import TIMEOUT, make_volume, options_profile, pod_spec, reported
-from tests.support import parse_metrics, wait_for
+from tests.support import parse_metrics, profile_events, wait_for
 
 from mountwarden.lab.node import NODE_NAME
 from mountwarden.lab.vm import GUEST_DIR
@@ -235,9 +235,8 @@ def test_pods_on_a_stale_handle_are_evicted_one_at_a_time_as_the_budget_allows(r
     assert failure_count(operator, "StaleFileHandle") == 2
     print(f"StaleFileHandle Event: {stale[0]}")
 
-    refused = wait_for(lambda: [e.message for e in kube.core.list_namespaced_event(
-        "default", field_selector=f"involvedObject.name={profile},reason=EvictionRefused").items],
-        timeout=TIMEOUT, interval=2, what="an EvictionRefused Event on the profile")
+    refused = wait_for(lambda: profile_events(kube, profile, "EvictionRefused"), timeout=TIMEOUT, interval=2,
+                       what="an EvictionRefused Event on the profile")
     assert "web" in refused[0] and "stale file handle" in refused[0]
     assert {p.metadata.uid for p in web_pods(kube, namespace)} == old_uids  # the budget held: nothing evicted
 
@@ -252,9 +251,8 @@ def test_pods_on_a_stale_handle_are_evicted_one_at_a_time_as_the_budget_allows(r
 
     fresh = wait_for(replaced, timeout=TIMEOUT * 2, interval=1, what="both replicas evicted and replaced")
     assert max(terminating_at_once) <= 1, terminating_at_once  # one at a time
-    evicted = [e for e in kube.core.list_namespaced_event(
-        "default", field_selector=f"involvedObject.name={profile},reason=StaleHandleEvicted").items]
-    assert len(evicted) == 2, [e.message for e in evicted]
+    evicted = profile_events(kube, profile, "StaleHandleEvicted")
+    assert len(evicted) == 2, evicted
     assert operator.metrics().get(("mountwarden_stale_handle_evictions_total",
                                    (("outcome", "evicted"), ("profile", profile))), 0) == 2
     # The replacements mounted afresh: no stale handle left, the failures gone from the gauge and the reports.
