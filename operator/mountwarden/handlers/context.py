@@ -8,12 +8,13 @@ policy reports), which is None while a feature is off.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+import asyncio
+import contextvars
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:  # the handlers that own these import this module
-    import asyncio
-
     from kubernetes.client import ApiClient
 
     from mountwarden.adapters.kube import ProfileConditions, StorageClasses
@@ -28,6 +29,36 @@ if TYPE_CHECKING:  # the handlers that own these import this module
     from mountwarden.handlers.posted import PostedFindings
     from mountwarden.handlers.remediation import EvictionLog
     from mountwarden.handlers.rollouts import RolloutWakeups
+
+
+Result = TypeVar("Result")
+
+
+class EventContext:
+    """The context of a kopf event handler, for the loops that start-up handlers create to post Events through.
+
+    kopf sets its Event queue (what kopf.warn and kopf.info post through) per object as it processes it
+    (kopf/_core/reactor/processing.py), never for a task a start-up handler creates: an Event posted from
+    such a loop raises LookupError. The first event of any resource lends its context; the loops run their
+    work in a copy of it.
+    """
+
+    def __init__(self) -> None:
+        self._context: contextvars.Context | None = None
+
+    def capture(self) -> None:
+        """Called from a kopf event handler; the first call keeps its context."""
+        if self._context is None:
+            self._context = contextvars.copy_context()
+
+    @property
+    def ready(self) -> bool:
+        return self._context is not None
+
+    async def run(self, work: Callable[..., Result], *args) -> Result:
+        """``work(*args)`` in a thread, able to post Events (once ``ready``)."""
+        assert self._context is not None, "no kopf event handled yet"
+        return await asyncio.to_thread(self._context.copy().run, work, *args)
 
 
 @dataclass
@@ -57,3 +88,5 @@ class OperatorContext:
     evictions: EvictionLog | None = None
     #: The inventory's loop (filled at start-up): the NetworkFileSystem objects and the baseline's findings.
     inventory: InventoryLoop | None = None
+    #: What the loops of start-up handlers post Events through (kopf copies memo per object: one shared holder).
+    event_context: EventContext = field(default_factory=EventContext)

@@ -17,7 +17,6 @@ Nothing here acts on a failure: a profile may ask for pods on a stale handle to 
 
 import asyncio
 import contextlib
-import contextvars
 import logging
 import os
 import threading
@@ -53,9 +52,6 @@ class MountFailures:
         self._reports: dict[str, NodeReport] = {}
         self._orphaned: dict[str, dict[str, datetime]] = {}
         self._found: dict[str, tuple[Finding, ...]] = {}
-        #: The context of kopf's first report event: kopf posts Events (kopf.warn) only through what it holds,
-        #: which it sets per object, never for a task of a start-up handler such as the judging loop.
-        self.context: contextvars.Context | None = None
 
     def follow(self, node: str, report: NodeReport | None) -> None:
         with self._lock:
@@ -162,8 +158,7 @@ def judge_node(memo: OperatorContext, node: str, now: datetime | None = None) ->
 
 def follow_report(name: str, spec: kopf.Spec, type: str, memo: OperatorContext, **_) -> None:
     """A node's report changed: judge its failures again (a report deleted takes its failures along)."""
-    if memo.mount_failures.context is None:
-        memo.mount_failures.context = contextvars.copy_context()
+    memo.event_context.capture()
     if type == "DELETED" or not spec:
         memo.mount_failures.follow(name, None)
     else:
@@ -176,14 +171,13 @@ def follow_report(name: str, spec: kopf.Spec, type: str, memo: OperatorContext, 
 
 async def judge_every_node(memo: OperatorContext, active) -> None:
     """Every ``failure_interval``: judge every node again (time alone makes some failures), when active."""
-    failures = memo.mount_failures
     while True:
         await asyncio.sleep(memo.config.failure_interval)
         try:
             # No report event yet: no node to judge, and no context to post Events through.
-            if failures.context is not None and await asyncio.to_thread(active):
-                for node in failures.nodes:
-                    await asyncio.to_thread(failures.context.copy().run, judge_node, memo, node)
+            if memo.event_context.ready and await asyncio.to_thread(active):
+                for node in memo.mount_failures.nodes:
+                    await memo.event_context.run(judge_node, memo, node)
         except Exception:  # a bug or the API away must not end the loop: the next round tries again
             log.exception("judging the nodes' mount failures failed")
 

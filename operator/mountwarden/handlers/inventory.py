@@ -20,7 +20,6 @@ several replicas only the active one (kopf peering) takes the inventory.
 
 import asyncio
 import contextlib
-import contextvars
 import logging
 import os
 import threading
@@ -67,8 +66,6 @@ class InventoryLoop:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     #: Set by kopf's first event of a watched resource: its indexes are whole.
     indexed: asyncio.Event = field(default_factory=asyncio.Event)
-    #: The context of that event's handler: kopf posts Events (kopf.warn) through what it holds.
-    context: contextvars.Context | None = None
     #: Object name -> (spec without checkedAt, when written).
     written: dict[str, tuple[dict, float]] = field(default_factory=dict)
     last: Inventory | None = None
@@ -170,8 +167,7 @@ async def run_inventory(memo: OperatorContext, state: InventoryLoop, kopf_indexe
                     state.written.update({name: ({}, 0.0) for name in existing if name not in state.written})
                     adopted_existing = True
                 copied = {name: snapshot(index) for name, index in kopf_indexes.items()}
-                assert state.context is not None  # set with ``indexed``
-                await asyncio.to_thread(state.context.copy().run, take_and_publish, memo, state, copied, writer)
+                await memo.event_context.run(take_and_publish, memo, state, copied, writer)  # ready with ``indexed``
             else:
                 state.written.clear()  # a standby writes nothing; once active it writes everything again
                 adopted_existing = False
@@ -226,8 +222,7 @@ async def wake_inventory(memo: OperatorContext, **_) -> None:
     """kopf delivers no event before its indexes are whole: the first one lets the loop start."""
     state: InventoryLoop | None = memo.inventory
     if state is not None:
-        if state.context is None:
-            state.context = contextvars.copy_context()
+        memo.event_context.capture()
         state.indexed.set()
         state.poke()
 
