@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 import pytest
 from tests.kernel.conftest import boot, start_and_wait
-from tests.kernel.test_agent_loop_dead_server import RunningAgent
+from tests.kernel.test_agent_loop_dead_server import RunningAgent, volume
 from tests.kernel.test_dead_server import READER
 
 from mountwarden.lab.experiments import EXPORT, Lab
@@ -168,7 +168,7 @@ def test_the_soft_mounts_server_fails_its_data_at_risk(stopped):
 
 
 def test_the_pods_reader_is_named_stuck_on_its_hard_volume(stopped):
-    hard = next(v for v in stopped["down"]["spec"]["volumes"] if v["mountPoint"] == stopped["hard"])
+    hard = volume(stopped["down"], stopped["hard"])
     (reader,) = hard["stuckProcesses"]
     assert reader["command"] == "python3" and reader["wchan"], reader
     assert "(1 process(es) in D)" in failures(stopped["down"], "ServerNotResponding",
@@ -208,10 +208,6 @@ def test_sigkill_leaves_a_writeback_wait_and_umount_f_ends_it(stopped):
     assert tries and tries[-1] == 0, tries  # the writer gone and the mount with it, data unwritten
 
 
-def volume_at(report: dict, mount_point: str) -> dict | None:
-    return next((v for v in report["spec"]["volumes"] if v["mountPoint"] == mount_point), None)
-
-
 def answers_now(vm: LabVM, mount_point: str) -> bool:
     """The kernel's own word: a fresh statvfs() in a process of its own, killed if it is still waiting after 10 s."""
     return vm.run(f"timeout -s KILL 10 stat -f {mount_point}", timeout=60, check=False).rc == 0
@@ -237,13 +233,13 @@ def test_with_the_server_back_its_findings_go_as_the_kernel_recovers(stopped):
             if not found:
                 return False
             last = found[-1]
-            hard, mounted = volume_at(last, stopped["hard"]), volume_at(last, stopped["mounting"])
+            hard, mounted = volume(last, stopped["hard"]), volume(last, stopped["mounting"])
             if not (hard and hard["serverResponding"] and mounted and mounted["serverResponding"]):
                 return False
             if [f for f in last["spec"]["failures"] if f["reason"] != "ServerNotResponding"
                     or f["evidence"]["server"] != stopped["servers"][1]]:
                 return False  # anything but the soft mount's server still said down
-            said_answering = bool(volume_at(last, soft)["serverResponding"]) and not last["spec"]["failures"]
+            said_answering = bool(volume(last, soft)["serverResponding"]) and not last["spec"]["failures"]
             kernel_answers = answers_now(lab.vm, soft)
             kernel_says_soft_stuck.append(not kernel_answers)
             if said_answering:
@@ -260,7 +256,7 @@ def test_with_the_server_back_its_findings_go_as_the_kernel_recovers(stopped):
     finally:
         agent.stop()
     last = found[-1]
-    soft_answering = bool(volume_at(last, soft)["serverResponding"])
+    soft_answering = bool(volume(last, soft)["serverResponding"])
     print(f"the soft mount after nfsd came back: {'answering' if soft_answering else 'still waiting in the kernel'}; "
           f"fresh calls stuck: {kernel_says_soft_stuck}")
     if not soft_answering:
