@@ -103,12 +103,19 @@ def test_the_incident_end_to_end(cluster, kube, operator, moto_server, agents, u
         wait_for(lambda name=name: (kube.condition(name, "Ready") or {}).get("status") == "True", what=f"{name} Ready")
     importer_class, uploads_class = status(kube, importer)["storageClassName"], status(kube, uploads)["storageClassName"]
 
-    # kubectl apply: the warnings a platform engineer sees before anything breaks.
-    sqlite_claim = apply(cluster, claim(data, "importer-db", importer_class,
-                                        {"app": "importer", "mountwarden.io/contents": "sqlite"}))
+    # kubectl apply: the warnings a platform engineer sees before anything breaks. The webhook answers from the
+    # operator's indexes, which take the profiles' classes from the watch event of the status just read: a dry run
+    # first, until it warns.
+    sqlite_db = claim(data, "importer-db", importer_class, {"app": "importer", "mountwarden.io/contents": "sqlite"})
+    wrong = claim(web, "uploads-wrong", importer_class, {"app": "uploads"})
+    for document, said in ((sqlite_db, "holds SQLite"), (wrong, f"use storageClassName {uploads_class}")):
+        wait_for(lambda document=document, said=said: said in cluster.kubectl(
+            "apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump(document)).stderr,
+            what=f"the webhook's indexes holding both profiles' classes ({said})")
+    sqlite_claim = apply(cluster, sqlite_db)
     assert (f"Warning: PVC {data}/importer-db holds SQLite but StorageClass {importer_class} is NFS: WAL is "
             "impossible and every lock is a network round trip; use a local volume") in sqlite_claim.stderr
-    wrong_class = apply(cluster, claim(web, "uploads-wrong", importer_class, {"app": "uploads"}))
+    wrong_class = apply(cluster, wrong)
     assert (f"Warning: PVC {web}/uploads-wrong is a consumer of StorageProfile {uploads} but asks for"
             in wrong_class.stderr and f"use storageClassName {uploads_class}" in wrong_class.stderr)
     apply(cluster, claim(web, "uploads-staging", uploads_class, {"app": "uploads"}))
