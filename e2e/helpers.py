@@ -14,6 +14,8 @@ import yaml
 from tests.cluster_fixtures import ClusterUnderTest
 from tests.support import ROOT
 
+from mountwarden.handlers.standby import EXIT_STOOD_DOWN
+
 CHART = ROOT / "charts" / "mountwarden"
 RELEASE = "mountwarden"
 RELEASE_NAMESPACE = "mountwarden-e2e"
@@ -68,10 +70,16 @@ def secret_files(cluster: ClusterUnderTest, name: str, directory: Path) -> Path:
 class OperatorRun:
     """`mountwarden operator` in its own process group, logging to a file."""
 
-    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
+    def __init__(self, args: list[str], env: dict[str, str], log: Path, *, restart_stood_down: bool = False) -> None:
         self.log = log
+        command = [sys.executable, "-m", "mountwarden", "operator", *args]
+        if restart_stood_down:
+            # As the kubelet restarts the container of a replica that stood down (EXIT_STOOD_DOWN,
+            # mountwarden.handlers.standby); any other exit ends the run.
+            command = ["sh", "-c", f'while :; do "$@"; s=$?; [ $s -eq {EXIT_STOOD_DOWN} ] || exit $s; done', "sh",
+                       *command]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "mountwarden", "operator", *args],
+            command,
             stdout=log.open("w"), stderr=subprocess.STDOUT, env={**os.environ, **env}, start_new_session=True,
         )
 

@@ -343,7 +343,8 @@ def test_one_replica_answers_and_the_standby_takes_over(cluster, release, operat
         kubeconfig = token_kubeconfig(cluster, tmp_path / f"{name}.kubeconfig",
                                       pod_token(cluster, NS, f"{RELEASE}-operator", pod))
         runs[name] = OperatorRun(["--kubeconfig", str(kubeconfig), *replica_args(deployment, cert_dir)],
-                                 {"POD_NAME": name, "POD_ID": name, "POD_NAMESPACE": NS}, tmp_path / f"{name}.log")
+                                 {"POD_NAME": name, "POD_ID": name, "POD_NAMESPACE": NS}, tmp_path / f"{name}.log",
+                                 restart_stood_down=True)
         operators.append(runs[name])
 
     # Each replica derives its own priority from its pod name; the highest is active and labels its pod.
@@ -351,7 +352,9 @@ def test_one_replica_answers_and_the_standby_takes_over(cluster, release, operat
     standby = next(name for name in replicas if name != expected)
     assert wait_for(lambda: active_pods(cluster) == [expected] and active_pods(cluster), timeout=120,
                     what=f"{expected} alone labelled {ACTIVE}")
-    peers = kubectl_json(cluster, "get", f"clusterkopfpeering.kopf.dev/{RELEASE}")["status"]
+    # The standby writes its own entry from its own process, maybe after the active one is labelled.
+    peers = wait_for(lambda: (s := kubectl_json(cluster, "get", f"clusterkopfpeering.kopf.dev/{RELEASE}").get("status")
+                              or {}) and all(s.get(name) for name in replicas) and s, what="both replicas' peering entries")
     assert {name: peers[name]["priority"] for name in replicas} == {name: derived_priority(name) for name in replicas}
     ip = kubectl_json(cluster, "get", "pod", expected, "-n", NS)["status"]["podIP"]
     wait_for(lambda: [a for s in kubectl_json(cluster, "get", "endpointslices", "-n", NS, "-l",

@@ -139,10 +139,12 @@ class OperatorProcess:
     """`mountwarden operator` as a separate process, as users run it; restartable and killable."""
 
     def __init__(self, kubeconfig: str, log_dir: Path, extra_env: dict[str, str] | None = None,
-                 fault: str = "") -> None:
+                 fault: str = "", args: tuple[str, ...] = ()) -> None:
         self.kubeconfig = kubeconfig
         self.log_dir = log_dir
         self.extra_env = extra_env or {}
+        #: More options of `mountwarden operator` (--peering, --priority).
+        self.args = args
         #: Python run in the operator's process before it starts: a fault injected on purpose (chaos tests).
         self.fault = fault
         self.process: subprocess.Popen | None = None
@@ -163,7 +165,7 @@ class OperatorProcess:
         entry = ["-c", f"{self.fault}\nfrom mountwarden.cli import main\nmain()"] if self.fault else ["-m", "mountwarden"]
         self.process = subprocess.Popen(
             [sys.executable, *entry, "operator", "--kubeconfig", self.kubeconfig, "--verbose",
-             "--metrics-port", str(self.metrics_port)],
+             "--metrics-port", str(self.metrics_port), *self.args],
             stdout=self.log_path.open("w"), stderr=subprocess.STDOUT, env=env, start_new_session=True,
         )
 

@@ -173,7 +173,7 @@ def test_the_operator_hands_its_exempt_namespaces_to_the_registrar_of_either_mod
                             webhook_cert_dir=str(tmp_path), **cluster)
     settings = kopf.OperatorSettings()
     settings.peering.standalone = True
-    memo = SimpleNamespace(config=config, kube_client=ApiClient())
+    memo = SimpleNamespace(config=config, kube_client=ApiClient(), replica_active=lambda: True)
     serve_admission(settings, memo, logging.getLogger(__name__))
     try:
         registrar = memo.admission.registrar

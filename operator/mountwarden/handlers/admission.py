@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 import kopf
 from pydantic import ValidationError
 
-from mountwarden.adapters.peering import ActiveReplica
 from mountwarden.adapters.watches import with_cluster_indexes
 from mountwarden.adapters.webhookconfig import (
     PROFILE_WEBHOOK,
@@ -217,10 +216,7 @@ def serve_admission(settings: kopf.OperatorSettings, memo: OperatorContext, logg
     """Give kopf its webhook server: one that registers itself (local), or one the chart points at (cluster)."""
     config = memo.config
     admission = memo.admission = AdmissionState()
-    if not settings.peering.standalone:
-        admission.replica_active = ActiveReplica(memo.kube_client, peering_name=settings.peering.name,
-                                                 priority=settings.peering.priority,
-                                                 identity=os.environ.get("POD_ID"))
+    admission.replica_active = memo.replica_active
     excluded = excluded_namespaces(config.namespace, config.exempt_namespaces)
     if resolve_mode(config.webhook_mode, kubeconfig=config.kubeconfig) == WebhookMode.LOCAL:
         admission.registrar = WebhookRegistrar(memo.kube_client, excluded, agent_username=config.agent_username)

@@ -61,6 +61,35 @@ class EventContext:
         return await asyncio.to_thread(self._context.copy().run, work, *args)
 
 
+def always_active() -> bool:
+    """A standalone operator: the only replica, always the active one."""
+    return True
+
+
+@dataclass
+class Shutdown:
+    """Ends the operator from inside: kopf's stop flag, and why, for the process's exit (handlers.runner.run).
+
+    An asyncio.Event set on kopf's loop: kopf waits for a threading.Event or a concurrent Future in one of its
+    executor's threads, which that would take from the handlers for the operator's whole life.
+    """
+
+    flag: asyncio.Event = field(default_factory=asyncio.Event)
+    reason: str | None = None
+    exit_code: int = 0
+    loop: asyncio.AbstractEventLoop | None = None
+
+    def bind(self) -> None:
+        """Called on kopf's loop, before any ``request``."""
+        self.loop = asyncio.get_running_loop()
+
+    def request(self, reason: str, exit_code: int) -> None:
+        """From any thread: stop the operator, the first reason given standing."""
+        if self.reason is None and self.loop is not None:
+            self.reason, self.exit_code = reason, exit_code
+            self.loop.call_soon_threadsafe(self.flag.set)
+
+
 @dataclass
 class OperatorContext:
     config: OperatorConfig
@@ -90,3 +119,9 @@ class OperatorContext:
     inventory: InventoryLoop | None = None
     #: What the loops of start-up handlers post Events through (kopf copies memo per object: one shared holder).
     event_context: EventContext = field(default_factory=EventContext)
+    #: Whether kopf lets this replica work (mountwarden.adapters.peering.ActiveReplica with --peering): what the
+    #: loops outside kopf's handlers (admission, failures, inventory) ask before they act, since kopf runs them
+    #: on a paused replica too.
+    replica_active: Callable[[], bool] = always_active
+    #: What a handler sets to end the operator (a replica that stood down: mountwarden.handlers.standby).
+    shutdown: Shutdown = field(default_factory=Shutdown)

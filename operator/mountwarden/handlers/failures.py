@@ -18,7 +18,6 @@ Nothing here acts on a failure: a profile may ask for pods on a stale handle to 
 import asyncio
 import contextlib
 import logging
-import os
 import threading
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -26,7 +25,6 @@ from datetime import UTC, datetime, timedelta
 import kopf
 
 from mountwarden.adapters.kube import TransientApiError, warn_node
-from mountwarden.adapters.peering import ActiveReplica
 from mountwarden.adapters.pods import PodPlacements
 from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.nodemountreport import PLURAL as REPORTS
@@ -182,15 +180,10 @@ async def judge_every_node(memo: OperatorContext, active) -> None:
             log.exception("judging the nodes' mount failures failed")
 
 
-async def start_judging(memo: OperatorContext, settings: kopf.OperatorSettings, **_) -> None:
+async def start_judging(memo: OperatorContext, **_) -> None:
     memo.mount_failures = MountFailures()
-    if settings.peering.standalone:
-        def active() -> bool:
-            return True
-    else:  # a paused replica's reports are stale: only the active one judges (and posts, and evicts)
-        active = ActiveReplica(memo.kube_client, peering_name=settings.peering.name,
-                               priority=settings.peering.priority, identity=os.environ.get("POD_ID"))
-    memo.failure_loop = asyncio.get_running_loop().create_task(judge_every_node(memo, active))
+    # A paused replica's reports are stale: only the active one judges (and posts, and evicts).
+    memo.failure_loop = asyncio.get_running_loop().create_task(judge_every_node(memo, memo.replica_active))
 
 
 async def stop_judging(memo: OperatorContext, **_) -> None:

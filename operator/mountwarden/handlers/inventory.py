@@ -21,7 +21,6 @@ several replicas only the active one (kopf peering) takes the inventory.
 import asyncio
 import contextlib
 import logging
-import os
 import threading
 import time
 from collections.abc import Mapping
@@ -32,7 +31,6 @@ import kopf
 
 from mountwarden.adapters.kube import TransientApiError
 from mountwarden.adapters.networkfilesystems import NetworkFileSystems
-from mountwarden.adapters.peering import ActiveReplica
 from mountwarden.adapters.watches import Entries
 from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.networkfilesystem import network_file_system
@@ -186,19 +184,12 @@ async def run_inventory(memo: OperatorContext, state: InventoryLoop, kopf_indexe
             await asyncio.wait_for(state.wake.wait(), timeout=memo.config.compliance_interval)
 
 
-async def start_inventory(memo: OperatorContext, settings: kopf.OperatorSettings, logger: logging.Logger,
-                          **kwargs) -> None:
+async def start_inventory(memo: OperatorContext, logger: logging.Logger, **kwargs) -> None:
     """Start the loop; it holds kopf's indexes (handed to start-up handlers too) and reads them on each pass."""
     state = memo.inventory = InventoryLoop(asyncio.get_running_loop())
-    if settings.peering.standalone:
-        def is_active() -> bool:
-            return True
-    else:
-        is_active = ActiveReplica(memo.kube_client, peering_name=settings.peering.name,
-                                  priority=settings.peering.priority, identity=os.environ.get("POD_ID"))
     memo.watches.volumes.listeners.append(volume_changed(state))
     state.task = asyncio.create_task(run_inventory(memo, state, {name: kwargs[name] for name in KOPF_INDEXES},
-                                                   is_active, logger))
+                                                   memo.replica_active, logger))
     logger.info("inventory on: one NetworkFileSystem per file system (kubectl get netfs); the baseline is "
                 + ("on: findings on volumes no StorageProfile governs, under the policy " + BASELINE_POLICY
                    if memo.config.baseline else "off (--no-baseline)"))

@@ -10,6 +10,7 @@ import kopf
 
 from mountwarden.adapters.finalizers import FINALIZER
 from mountwarden.adapters.kube import ProfileConditions, StorageClasses, api_client
+from mountwarden.adapters.peering import ActiveReplica
 from mountwarden.adapters.pods import PodPlacements
 from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.storageprofile import KIND, PLURAL
@@ -106,13 +107,14 @@ def register_handlers(config: OperatorConfig, registry: kopf.OperatorRegistry | 
         remediation,
         reports,
         rollouts,
+        standby,
     )
 
     registry = registry if registry is not None else kopf.OperatorRegistry()
     kopf.on.startup(registry=registry)(configure)
     kopf.on.login(registry=registry)(login)
     for module in (indexes, profiles, reports, failures, remediation, rollouts, credits, admission, policyreports,
-                   inventory):
+                   inventory, standby):
         module.register(registry, config)
     return registry
 
@@ -139,6 +141,9 @@ def run(config: OperatorConfig, *, standalone: bool = True, liveness_endpoint: s
         pods=PodPlacements(watches.pods),
         credit_fetcher=CreditFetcher(timedelta(seconds=config.credit_interval)),
     )
+    if not standalone:
+        memo.replica_active = ActiveReplica(client, peering_name=peering_name, priority=priority,
+                                            identity=os.environ.get("POD_ID"))
     metrics.serve(config.metrics_port)
     asyncio.run(kopf.operator(
         registry=registry,
@@ -148,4 +153,9 @@ def run(config: OperatorConfig, *, standalone: bool = True, liveness_endpoint: s
         priority=priority,
         liveness_endpoint=liveness_endpoint,
         memo=memo,
+        stop_flag=memo.shutdown.flag,
     ))
+    if memo.shutdown.reason is not None:
+        logging.getLogger(__name__).warning("stopped: %s (exit status %d)", memo.shutdown.reason,
+                                            memo.shutdown.exit_code)
+        raise SystemExit(memo.shutdown.exit_code)
