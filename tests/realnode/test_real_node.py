@@ -268,12 +268,13 @@ def test_a_pod_holding_a_sqlite_lock_on_nfs_is_found(real_node, kube, chart, nam
             ".shell sleep 100000\\n' | sqlite3 /data/app.db")
     uid = run_pod(kube, namespace, "db", pv, hold)
     mount_point = f"/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~nfs/{pv}"
-    events = wait_for(lambda: [m for r, m in pod_events(kube, namespace, "db") if r == "SQLiteOnNFS"],
-                      timeout=TIMEOUT, what="a SQLiteOnNFS Event on the pod")
+    # A scan between sqlite3's open and its BEGIN IMMEDIATE finds the database without the lock: that Event comes
+    # first (each distinct message is posted once), the locked one with the next scan.
+    events = wait_for(lambda: [m for r, m in pod_events(kube, namespace, "db") if r == "SQLiteOnNFS"
+                               and "holds RESERVED" in m], timeout=TIMEOUT, what="a SQLiteOnNFS Event on the pod, locked")
     # The database as the process opened it (its path in the container), on the pod's volume, with its lock.
     assert events[0].startswith(f"{pv} on {NODE_NAME}: SQLite database {DATABASE} in rollback-journal mode on nfs4 "
                                 f"{mount_point}: pid "), events
-    assert "holds RESERVED" in events[0], events
     (found,) = wait_for(lambda: (r := sqlite_reported(kube, uid)) and r, timeout=TIMEOUT, what="the database reported")
     device = mountinfo_line(real_node, uid, pv).split()[2]
     assert (found["path"], found["mode"], found["lock"], found["podUid"], found["volumeName"], found["mountPoint"],
