@@ -153,8 +153,8 @@ def test_a_volume_no_profile_governs_is_audited_adopted_and_remounted_with_the_p
     # The Event is posted during the inventory pass that writes the object at its end: an earlier pass, before the
     # agent's report, may have written the volume's pod as unknown.
     before = wait_for(lambda: (o := netfs(kube, NFS_SERVER)) and pv in volumes_of(o)
-                      and volumes_of(o)[pv]["pods"][0]["state"] == "drifted" and o, timeout=TIMEOUT,
-                      what="the inventory of the node's NFS server, its pod drifted")
+                      and [p.get("state") for p in volumes_of(o)[pv].get("pods") or []][:1] == ["drifted"] and o,
+                      timeout=TIMEOUT, what="the inventory of the node's NFS server, its pod drifted")
     assert volumes_of(before)[pv].get("governedBy") is None
 
     body = profile_body(profile, "cached", backend={"provisioner": provisioner, "kind": "nfs"},
