@@ -13,25 +13,31 @@ class AskedTooOften(BaseException):
     """Not an Exception: the loop's guard against a failed check does not catch it."""
 
 
-def answers(*said: bool | Exception):
-    """replica_active() saying each of ``said`` in turn; asked once more, AskedTooOften."""
-    asked = iter(said)
+class Answers:
+    """replica_active() saying each of ``said`` in turn, counting the questions; asked once more, AskedTooOften."""
 
-    def replica_active() -> bool:
-        answer = next(asked, None)
-        if answer is None:
+    def __init__(self, *said: bool | Exception) -> None:
+        self.said = said
+        self.asked = 0
+
+    def __call__(self) -> bool:
+        if self.asked == len(self.said):
             raise AskedTooOften
+        answer = self.said[self.asked]
+        self.asked += 1
         if isinstance(answer, Exception):
             raise answer
         return answer
-    return replica_active
 
 
 def stood_down(*said: bool | Exception) -> Shutdown:
+    """The shutdown the loop asked for, having asked every answer in ``said`` (and not one more)."""
     loop = asyncio.new_event_loop()
     try:
         shutdown = Shutdown(loop=loop)
-        stand_down_when_paused(answers(*said), shutdown, interval=0)
+        answers = Answers(*said)
+        stand_down_when_paused(answers, shutdown, interval=0)
+        assert answers.asked == len(said), f"stood down after {answers.asked} of {len(said)} answers"
         loop.run_until_complete(asyncio.wait_for(shutdown.flag.wait(), timeout=5))
         return shutdown
     finally:
@@ -51,12 +57,13 @@ def test_a_replica_never_active_is_never_stood_down():
     loop = asyncio.new_event_loop()
     shutdown = Shutdown(loop=loop)
     with pytest.raises(AskedTooOften):
-        stand_down_when_paused(answers(False, False, False), shutdown, interval=0)
+        stand_down_when_paused(Answers(False, False, False), shutdown, interval=0)
     assert shutdown.reason is None and not shutdown.flag.is_set()
     loop.close()
 
 
 def test_a_failed_check_keeps_the_last_answer_instead_of_standing_down(caplog):
+    # Standing down at the failure would leave the last two answers unasked (stood_down checks).
     shutdown = stood_down(True, RuntimeError("the peering object unreadable"), True, False)
     assert shutdown.exit_code == EXIT_STOOD_DOWN
     assert "could not tell whether this replica is the active one" in caplog.text
