@@ -25,7 +25,7 @@ import kubernetes.watch
 import pytest
 import yaml
 from tests.nodesim import NodeSimulator
-from tests.support import GROUP, VERSION, Kube, profile_body, scrape, wait_for
+from tests.support import GROUP, VERSION, Kube, WaitTimedOut, profile_body, scrape, wait_for
 
 from mountwarden.adapters.kube import TransientApiError
 from mountwarden.adapters.workloads import ClusterWorkloads
@@ -556,7 +556,8 @@ def test_an_hpa_at_zero_leaves_its_deployment_waiting(scenario):
     case.deployment("batch", "batch", replicas=0)
     # kube-controller-manager disables an HPA whose target is at zero (ScalingActive False, ScalingDisabled)
     # by itself, without a metrics server.
-    kubernetes.client.AutoscalingV2Api(case.kube.client).create_namespaced_horizontal_pod_autoscaler(
+    autoscaling = kubernetes.client.AutoscalingV2Api(case.kube.client)
+    autoscaling.create_namespaced_horizontal_pod_autoscaler(
         case.namespace, {
             "metadata": {"name": "batch"},
             "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "batch"},
@@ -573,7 +574,14 @@ def test_an_hpa_at_zero_leaves_its_deployment_waiting(scenario):
         lines = rollout.get("workloads") or []
         return rollout if lines and lines[0]["reason"] == "ScalingDisabled" else None
 
-    rollout = wait_for(disabled, timeout=90, what="the HPA's ScalingDisabled in the rollout")
+    try:
+        # kube-controller-manager handles a new HPA one sync period (15 s) after it sees it, and again one period
+        # after each failed status write.
+        rollout = wait_for(disabled, timeout=ROLLOUT_TIMEOUT, what="the HPA's ScalingDisabled in the rollout")
+    except WaitTimedOut as timed_out:
+        hpa = autoscaling.read_namespaced_horizontal_pod_autoscaler("batch", case.namespace)
+        conditions = [(c.type, c.status, c.reason) for c in hpa.status.conditions or []]
+        raise AssertionError(f"{timed_out}; the HPA's conditions: {conditions}; the rollout: {case.rollout()}") from timed_out
     assert rollout["phase"] == "Waiting" and rollout["targetStorageClassName"] == target
     (line,) = rollout["workloads"]
     assert line["state"] == "Waiting" and "deliberate scale-up" in line["message"]

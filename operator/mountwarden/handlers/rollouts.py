@@ -98,6 +98,14 @@ class RolloutWakeups:
         self._refused: set[str] = set()
         #: Profiles that adopt PVs by their labels (spec.adopt.volumeSelector): any PV's change may concern them.
         self._selecting: set[str] = set()
+        # A tick routes events to its profile only once it has written what it read; an event that arrives
+        # between its read and that write would be lost. So while any tick runs, every event is numbered
+        # and remembered, and each tick, once done, wakes its profile again for what it missed.
+        self._sequence = 0
+        self._ticks: dict[str, int] = {}
+        self._recent_workloads: dict[tuple[str, str, str], int] = {}
+        self._recent_classes: dict[str, int] = {}
+        self._recent_report = 0
 
     def event(self, profile: str) -> asyncio.Event:
         return self._events.setdefault(profile, asyncio.Event())
@@ -109,6 +117,10 @@ class RolloutWakeups:
         """From another thread (a watch): wake the profiles whose lineage (or adopted classes) hold any of
         ``classes``, and those adopting PVs by their labels."""
         with self._lock:
+            classes = set(classes)
+            if self._ticks:
+                self._sequence += 1
+                self._recent_classes.update(dict.fromkeys(classes, self._sequence))
             profiles = {self._classes[cls] for cls in classes if cls in self._classes} | self._selecting
         if profiles and self._loop is not None:
             for profile in profiles:
@@ -125,14 +137,45 @@ class RolloutWakeups:
 
     def wake_for_workload(self, kind: str, namespace: str, name: str) -> None:
         with self._lock:
+            if self._ticks:
+                self._sequence += 1
+                self._recent_workloads[(kind, namespace, name)] = self._sequence
             profiles = list(self._workloads.get((kind, namespace, name), ()))
         for profile in profiles:
             self.wake(profile)
 
     def wake_verifying(self) -> None:
         with self._lock:
+            if self._ticks:
+                self._sequence += 1
+                self._recent_report = self._sequence
             profiles = list(self._verifying)
         for profile in profiles:
+            self.wake(profile)
+
+    def tick_starts(self, profile: str) -> None:
+        """Before a tick reads the cluster: from now on, the events it may miss are remembered."""
+        with self._lock:
+            self._ticks[profile] = self._sequence
+
+    def tick_ended(self, profile: str) -> None:
+        """After the tick wrote its routes: wake the profile again if an event for them came while it ran."""
+        with self._lock:
+            started = self._ticks.pop(profile, self._sequence)
+            missed = (
+                any(self._recent_workloads.get(ref, 0) > started for ref in self._followed.get(profile, ()))
+                or any(seen > started for cls, seen in self._recent_classes.items()
+                       if self._classes.get(cls) == profile or profile in self._selecting)
+                or (profile in self._verifying and self._recent_report > started)
+            )
+            if not self._ticks:
+                self._recent_workloads.clear()
+                self._recent_classes.clear()
+            else:
+                oldest = min(self._ticks.values())
+                self._recent_workloads = {ref: seen for ref, seen in self._recent_workloads.items() if seen > oldest}
+                self._recent_classes = {cls: seen for cls, seen in self._recent_classes.items() if seen > oldest}
+        if missed:
             self.wake(profile)
 
     def target_changed(self, profile: str, inputs: tuple) -> bool:
@@ -393,6 +436,7 @@ async def drive_rollout(name: str, body: kopf.Body, memo: OperatorContext, stopp
             if stopped:
                 break
             wake.clear()
+            wakeups.tick_starts(name)
             try:
                 # In a worker thread, with kopf's context (Events posted from there reach its poster); kopf's
                 # indexes are copied here, on its event loop.
@@ -410,6 +454,8 @@ async def drive_rollout(name: str, body: kopf.Body, memo: OperatorContext, stopp
                 failures += 1
                 logger.exception("rollout tick failed")
                 await asyncio.sleep(backoff(failures))
+            finally:
+                wakeups.tick_ended(name)
     finally:
         wakeups.forget(name)
 
