@@ -250,9 +250,14 @@ def test_with_no_operator_answering_only_the_agents_reports_and_deny_profiles_cl
                     input=json.dumps(enforce))
     try:
         governed = {**claim, "metadata": {**claim["metadata"], "labels": {"app": "e2e-down"}}}
-        refused = cluster.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(governed), check=False)
-        assert refused.returncode != 0 and 'failed calling webhook "e2e-down.enforce.mountwarden.io"' in (
-            refused.stderr)
+
+        def refused_while_down() -> subprocess.CompletedProcess | None:
+            result = cluster.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(governed), check=False)
+            return result if result.returncode != 0 else None
+
+        # The API server reads webhook configurations through its own informer: called once it has caught up.
+        refused = wait_for(refused_while_down, timeout=120, what="the API server calling the new Fail webhook")
+        assert 'failed calling webhook "e2e-down.enforce.mountwarden.io"' in refused.stderr, refused.stderr
         cluster.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(claim))
     finally:
         cluster.kubectl("apply", "--server-side", "--field-manager=mountwarden", "--force-conflicts", "-f", "-",
@@ -423,10 +428,15 @@ def test_an_upgrade_rolls_the_agents_and_keeps_the_certificate_and_the_deny_webh
     assert after["secret"] == before["secret"] and after["ca"] == before["ca"]  # the chart's CA is kept
     assert after["operator"] == before["operator"]  # nothing of the operator changed
     assert after["agent"] == before["agent"] + 1
-    agents = pods(cluster, "agent")
-    assert len(agents) == len(cluster.node_names)
-    assert all("--interval=60" in p["spec"]["containers"][0]["args"] and p["status"]["phase"] == "Running"
-               for p in agents)
+
+    def upgraded_agents() -> list[dict] | None:
+        agents = pods(cluster, "agent")
+        return agents if len(agents) == len(cluster.node_names) and all(
+            "--interval=60" in p["spec"]["containers"][0]["args"] and p["status"]["phase"] == "Running"
+            for p in agents) else None
+
+    # helm's --wait lets a DaemonSet's rollout end with maxUnavailable replicas still on their way.
+    wait_for(upgraded_agents, timeout=120, what="one upgraded agent Running on every node")
     hooks = kubectl_json(cluster, "get", "validatingwebhookconfiguration", f"{RELEASE}-enforce").get("webhooks")
     assert [h["name"] for h in hooks or []] == ["kept.enforce.mountwarden.io"]
     # The certificate the chart made serves the Service name and is signed by the CA in the caBundle.

@@ -246,16 +246,26 @@ def test_the_baseline_finds_the_hazards_and_says_them_as_every_finding(day_one):
                               if r == "LocalLocksAcrossNodes"], timeout=TIMEOUT, what="LocalLocksAcrossNodes Events")
     assert "nolock" in locks[0] and "read-write on 2 nodes" in locks[0]
 
-    body = wait_for(lambda: report(world.kube, world.namespace), timeout=TIMEOUT, what="the namespace's PolicyReport")
-    rules = {(r["policy"], r["rule"]) for r in body["results"]}
-    assert {(BASELINE, "RoundTripOptions"), (BASELINE, "MissingNoresvport"), (BASELINE, "LocalLocksAcrossNodes")} <= rules
-    samples = scrape(world.operator.metrics_port)
+    expected = {(BASELINE, "RoundTripOptions"), (BASELINE, "MissingNoresvport"), (BASELINE, "LocalLocksAcrossNodes")}
+
+    def rules() -> set[tuple[str, str]]:
+        body = report(world.kube, world.namespace) or {"results": []}
+        return {(r["policy"], r["rule"]) for r in body["results"]}
+
+    # Events, the PolicyReport and the metrics are written one after the other: wait for each.
+    wait_for(lambda: expected <= rules(), timeout=TIMEOUT, what=f"the namespace's PolicyReport with {expected}")
     # One series per workload (its Deployment, not the ReplicaSet), in the pods' namespace: what the alerts name.
-    for app in ("nas-a", "nas-b"):
-        assert samples[("mountwarden_findings", (("namespace", world.namespace), ("profile", BASELINE),
-                                                 ("reason", "LocalLocksAcrossNodes"), ("severity", "error"),
-                                                 ("source", "baseline"), ("workload", f"Deployment/{app}")))] == 1
-    assert samples[("mountwarden_network_volumes", (("file_system", world.efs_id), ("governance", "ungoverned")))] == 2
+    series = {("mountwarden_findings", (("namespace", world.namespace), ("profile", BASELINE),
+                                        ("reason", "LocalLocksAcrossNodes"), ("severity", "error"),
+                                        ("source", "baseline"), ("workload", f"Deployment/{app}"))): 1
+              for app in ("nas-a", "nas-b")}
+    series[("mountwarden_network_volumes", (("file_system", world.efs_id), ("governance", "ungoverned")))] = 2
+
+    def scraped() -> dict:
+        samples = scrape(world.operator.metrics_port)
+        return {key: samples.get(key) for key in series}
+
+    wait_for(lambda: scraped() == series, timeout=TIMEOUT, what=f"the metrics {series}")
 
 
 def test_a_profile_adopts_the_class_observing_first_then_patching_and_restarting_once_approved(day_one, cluster,

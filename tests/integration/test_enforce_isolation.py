@@ -38,8 +38,9 @@ def hooks(kube, name: str) -> dict[str, dict]:
     return {hook["name"]: hook for hook in (configuration(kube, name) or {}).get("webhooks") or []}
 
 
-def create(cluster, obj: dict) -> subprocess.CompletedProcess:
-    return cluster.kubectl("create", "-f", "-", input=json.dumps(obj), check=False)
+def create(cluster, obj: dict, *, dry_run: bool = False) -> subprocess.CompletedProcess:
+    return cluster.kubectl("create", "-f", "-", *(["--dry-run=server"] if dry_run else []),
+                           input=json.dumps(obj), check=False)
 
 
 def claim(namespace: str, name: str, app: str) -> dict:
@@ -95,6 +96,10 @@ def test_a_deny_profile_the_api_server_refuses_costs_only_itself(cluster, kube, 
         # The good profile is enforced fail-closed: with the operator frozen, its claim is refused, the bad one's
         # (no webhook of its own) goes through.
         with operator.paused():
+            # The API server reads webhook configurations through its own informer: called once it has caught up.
+            wait_for(lambda: f'failed calling webhook "{good}.enforce.mountwarden.io"'
+                     in create(cluster, claim(namespace, "guarded", good), dry_run=True).stderr,
+                     timeout=120, what="the API server calling the new Fail webhook")
             denied = create(cluster, claim(namespace, "guarded", good))
             admitted = create(cluster, claim(namespace, "unguarded", bad))
         assert denied.returncode != 0 and f'failed calling webhook "{good}.enforce.mountwarden.io"' in denied.stderr

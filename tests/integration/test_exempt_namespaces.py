@@ -111,6 +111,10 @@ def test_a_claim_a_deny_profile_refuses_goes_through_in_exempt_namespaces_and_is
         hooks = kube_configuration(kube, enforce_configuration)["webhooks"]
         assert [(hook["name"], hook["failurePolicy"]) for hook in hooks] == [(enforce_webhook_name(guarded), "Fail")]
         with operator.paused():
+            # The API server reads webhook configurations through its own informer: called once it has caught up.
+            wait_for(lambda: f'failed calling webhook "{enforce_webhook_name(guarded)}"'
+                     in create(cluster, claim(namespace, "while-down", guarded), dry_run=True).stderr,
+                     timeout=120, what="the API server calling the new Fail webhook")
             denied = create(cluster, claim(namespace, "while-down", guarded))
             admitted = {exempt: create(cluster, claim(exempt, "while-down", guarded)) for exempt in (named, labelled)}
         assert denied.returncode != 0, "a deny profile's claim was admitted with nobody answering"

@@ -35,6 +35,13 @@ def bound_pv(kube, name, storage_class):
     })
 
 
+def wait_held(kube, name, storage_class):
+    """Until the operator's PV watch has the PV: its history names the class's holders (else v1 looks unused)."""
+    wait_for(lambda: any(record["storageClassName"] == storage_class and record.get("heldBy")
+                         for record in (kube.profile(name).get("status") or {}).get("history") or []),
+             what=f"{storage_class} held by its PV in {name}'s history")
+
+
 def test_profile_becomes_v1_with_canonical_options(kube, operator, unique):
     name = f"scratch-{unique}"
     kube.apply_profile(profile_body(name, "cached"))
@@ -69,6 +76,7 @@ def test_pv_bound_to_v1_keeps_it_alive_until_it_goes(kube, operator, unique):
     kube.apply_profile(profile_body(name, "staging"))
     wait_for(lambda: class_names(kube, name) == [f"{name}-v1"], what="v1")
     bound_pv(kube, f"pv-{unique}", f"{name}-v1")
+    wait_held(kube, name, f"{name}-v1")
     kube.apply_profile(profile_body(name, "cached"))
     # v2 is created first, v1 marked superseded right after: wait for both.
     wait_for(lambda: class_names(kube, name) == [f"{name}-v1", f"{name}-v2"] and (
@@ -134,6 +142,7 @@ def test_default_class_moves_to_the_newest_version(kube, operator, unique):
     default = "storageclass.kubernetes.io/is-default-class"
     assert kube.classes_of(name)[f"{name}-v1"].metadata.annotations[default] == "true"
     bound_pv(kube, f"pv-{unique}", f"{name}-v1")
+    wait_held(kube, name, f"{name}-v1")
     kube.apply_profile(profile_body(name, "cached", default=True))
     wait_for(lambda: class_names(kube, name) == [f"{name}-v1", f"{name}-v2"], what="v2 beside v1")
     wait_for(lambda: default not in (kube.classes_of(name)[f"{name}-v1"].metadata.annotations or {}),
@@ -150,6 +159,7 @@ def test_deleting_a_profile_keeps_used_classes_orphaned(kube, operator, unique):
     kube.apply_profile(profile_body(name, "staging"))
     wait_for(lambda: class_names(kube, name) == [f"{name}-v1"], what="v1")
     bound_pv(kube, f"pv-{unique}", f"{name}-v1")
+    wait_held(kube, name, f"{name}-v1")
     kube.apply_profile(profile_body(name, "cached"))
     wait_for(lambda: class_names(kube, name) == [f"{name}-v1", f"{name}-v2"], what="v1 and v2")
     kube.delete_profile(name)
