@@ -57,6 +57,7 @@ HEADLINE = {
     "lab_try_4_mounts_s": "lab",
     "real_node_ready_s": "realnode",
     "realnode_rollout_s": "realnode",
+    "failover_gap_s": "realnode",
     "image_mib": "image",
     "image_gzip_mib": "image",
     "image_build_cold_s": "image",
