@@ -10,6 +10,7 @@ import signal
 import time
 
 import pytest
+from tests.integration.test_profiles import wait_held
 from tests.support import profile_body, wait_for
 
 from mountwarden.core.storageclass import HASH_ANNOTATION
@@ -61,10 +62,7 @@ def test_operator_killed_at_random_points_of_reconciles_converges(kube, operator
                  "storageClassName": held[names[0]], "persistentVolumeReclaimPolicy": "Retain",
                  "nfs": {"server": "nas.example.com", "path": "/"}},
     })
-    # Once the operator's PV watch has it (the history names it): before that, v1 looks unused to anyone.
-    wait_for(lambda: any(record["storageClassName"] == held[names[0]] and record.get("heldBy")
-                         for record in kube.profile(names[0])["status"].get("history") or []),
-             what=f"{held[names[0]]} held by its PV")
+    wait_held(kube, names[0], held[names[0]])
 
     for _ in range(10):
         for name in rng.sample(names, 3):
