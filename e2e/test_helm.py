@@ -96,11 +96,13 @@ def test_two_operator_replicas_and_an_agent_on_every_node_run(cluster, release):
     assert all(pod["status"]["phase"] == "Running" for pod in [*agents, *pods(cluster, "operator")])
 
 
-def test_no_agent_is_sent_to_a_fargate_or_virtual_node(cluster, release, request):
-    """Nodes labelled as EKS Fargate or virtual-kubelet get no agent pod (one would stay Pending for ever); a
-    plain node added at the same time gets one, so the DaemonSet controller has seen all three."""
+def test_no_agent_is_sent_to_a_fargate_virtual_or_control_plane_node(cluster, release, request):
+    """Nodes labelled as EKS Fargate or virtual-kubelet get no agent pod (one would stay Pending for ever), nor a
+    control-plane node (agent.controlPlaneNodes is false by default); a plain node added at the same time gets
+    one, so the DaemonSet controller has seen all four."""
     added = {"e2e-fargate": {"eks.amazonaws.com/compute-type": "fargate"},
-             "e2e-virtual": {"type": "virtual-kubelet"}, "e2e-plain": {}}
+             "e2e-virtual": {"type": "virtual-kubelet"},
+             "e2e-control-plane": {"node-role.kubernetes.io/control-plane": ""}, "e2e-plain": {}}
 
     def remove() -> None:  # and the plain node's agent with it, before the next test counts agents
         cluster.kubectl("delete", "node", *added, "--ignore-not-found", check=False)
@@ -113,7 +115,7 @@ def test_no_agent_is_sent_to_a_fargate_or_virtual_node(cluster, release, request
     wait_for(lambda: any(pod["spec"].get("nodeName") == "e2e-plain" for pod in pods(cluster, "agent")),
              timeout=120, what="an agent pod on the plain node")
     on = {pod["spec"].get("nodeName") for pod in pods(cluster, "agent")}
-    assert "e2e-fargate" not in on and "e2e-virtual" not in on
+    assert not {"e2e-fargate", "e2e-virtual", "e2e-control-plane"} & on, on
     daemonset = kubectl_json(cluster, "get", "daemonset", f"{RELEASE}-agent", "-n", NS)
     assert daemonset["status"]["desiredNumberScheduled"] == len(cluster.node_names) + 1
 

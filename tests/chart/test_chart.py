@@ -259,6 +259,7 @@ def test_the_agent_reads_the_hosts_proc_on_every_node(default):
 
 UNSUPPORTED = [{"key": "eks.amazonaws.com/compute-type", "operator": "NotIn", "values": ["fargate"]},
                {"key": "type", "operator": "NotIn", "values": ["virtual-kubelet"]}]
+NOT_CONTROL_PLANE = {"key": "node-role.kubernetes.io/control-plane", "operator": "DoesNotExist"}
 
 
 def agent_node_terms(docs) -> list[dict]:
@@ -270,7 +271,7 @@ def agent_node_terms(docs) -> list[dict]:
 def test_the_agent_is_kept_off_nodes_it_cannot_run_on_whatever_affinity_is_given(render, default):
     from mountwarden.core.node.kinds import UNSUPPORTED_NODE_LABELS
 
-    assert agent_node_terms(default) == [{"matchExpressions": UNSUPPORTED}]
+    assert agent_node_terms(default) == [{"matchExpressions": [*UNSUPPORTED, NOT_CONTROL_PLANE]}]
     # The chart's exclusions are the labels the operator explains a missing report by.
     assert {(e["key"], e["values"][0]) for e in UNSUPPORTED} == set(UNSUPPORTED_NODE_LABELS)
     pool = {"key": "pool", "operator": "In", "values": ["a"]}
@@ -280,11 +281,24 @@ def test_the_agent_is_kept_off_nodes_it_cannot_run_on_whatever_affinity_is_given
         "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}
     docs = render("--set-json", f"agent.affinity={json.dumps(affinity)}")
     # Terms are ORed: each one must exclude those nodes.
-    assert agent_node_terms(docs) == [{"matchExpressions": [pool, *UNSUPPORTED]},
-                                      {"matchExpressions": UNSUPPORTED, "matchFields": [named]}]
+    assert agent_node_terms(docs) == [{"matchExpressions": [pool, *UNSUPPORTED, NOT_CONTROL_PLANE]},
+                                      {"matchExpressions": [*UNSUPPORTED, NOT_CONTROL_PLANE], "matchFields": [named]}]
     assert "podAffinity" in find(docs, "DaemonSet")["spec"]["template"]["spec"]["affinity"]
-    assert "affinity" not in find(render("--set-json", "agent.unsupportedNodes=[]"), "DaemonSet")["spec"]["template"][
-        "spec"]
+    assert agent_node_terms(render("--set-json", "agent.unsupportedNodes=[]")) == [
+        {"matchExpressions": [NOT_CONTROL_PLANE]}]
+    assert "affinity" not in find(render("--set-json", "agent.unsupportedNodes=[]", "--set",
+                                         "agent.controlPlaneNodes=true"), "DaemonSet")["spec"]["template"]["spec"]
+
+
+def test_the_agent_is_kept_off_control_plane_nodes_unless_asked_and_the_operator_is_told(render, default):
+    def operator_args(docs) -> list[str]:
+        return find(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+
+    assert NOT_CONTROL_PLANE in agent_node_terms(default)[0]["matchExpressions"]
+    assert "--no-agent-on-control-plane" in operator_args(default)
+    asked = render("--set", "agent.controlPlaneNodes=true")
+    assert agent_node_terms(asked) == [{"matchExpressions": UNSUPPORTED}]
+    assert "--no-agent-on-control-plane" not in operator_args(asked)
 
 
 @pytest.mark.parametrize(("read_other_processes", "probe_servers", "capabilities", "flags"), [

@@ -8,6 +8,7 @@ loop that judges every node every ``--failure-interval``, not from a report's ch
 kopf handler, and an Event posted from it once never reached the API server.
 """
 
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -15,12 +16,16 @@ import kubernetes
 import pytest
 from tests.integration.moto_server import MotoServer, dummy_aws_environment
 from tests.integration.test_compliance import volume_for
-from tests.support import OperatorProcess, profile_body, profile_events, put_report, wait_for
+from tests.support import OperatorProcess, profile_body, profile_events, put_report, scrape, wait_for
 
 pytestmark = pytest.mark.cluster
 
 #: Long enough for the operator to judge a report before a pod in it is stuck (a loaded machine included).
 STUCK_AFTER = 15
+#: Seconds between two handlings of one node's report. Longer than the default (2 s) so that a node writing in a
+#: loop is sure to write again within it however slowly kopf hands the writes over on a loaded machine (it
+#: handed them about one a second here while the machine built); the other tests write a node's report once.
+REPORT_MIN_INTERVAL = 5.0
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +35,8 @@ def judging_operator(cluster, crds_installed, _moto_server_process: MotoServer,
     log_dir = tmp_path_factory.mktemp("operator")
     process = OperatorProcess(str(cluster.kubeconfig), log_dir, extra_env={
         **dummy_aws_environment(log_dir), "AWS_ENDPOINT_URL": _moto_server_process.endpoint_url,
-        "MOUNTWARDEN_STUCK_AFTER": str(STUCK_AFTER), "MOUNTWARDEN_FAILURE_INTERVAL": "1"})
+        "MOUNTWARDEN_STUCK_AFTER": str(STUCK_AFTER), "MOUNTWARDEN_FAILURE_INTERVAL": "1",
+        "MOUNTWARDEN_REPORT_MIN_INTERVAL": str(REPORT_MIN_INTERVAL)})
     process.start()
     yield process
     process.stop()
@@ -139,3 +145,26 @@ def test_pods_on_a_stale_handle_are_evicted_only_as_their_budget_allows(cluster,
     finally:
         write_report(kube, node, [])
         kube.delete_profile(profile)
+
+
+def test_a_node_writing_its_report_in_a_loop_is_handled_at_the_pace_and_its_latest_report_is(kube, operator, unique):
+    node = f"looping-{unique}"  # a node of its own, so no other test's writes share its pace
+    server = f"nas-{unique}.example.com"
+    writes = 40
+    started = time.monotonic()
+    for scan in range(writes):
+        # Only the last write says the server is gone: its Event proves the latest report was handled.
+        write_report(kube, node, [], [] if scan < writes - 1 else [
+            {"reason": "ServerNotResponding", "severity": "error", "message": f"NFS server {server} does not answer",
+             "remedy": "Bring it back.", "evidence": {"server": server}}])
+        time.sleep(0.15)  # an agent writing in a loop for a few seconds (this paces the writer: it waits for nothing)
+    wait_for(lambda: any(server in m for m in node_events(kube, node, "ServerNotResponding")), timeout=60,
+             what="the node's latest report handled (its ServerNotResponding Event)")
+    span = time.monotonic() - started  # every write arrived and was handled within it
+    samples = scrape(operator.metrics_port)
+    handled = samples.get(("mountwarden_report_handlings_total", (("node", node),)), 0)
+    coalesced = samples.get(("mountwarden_report_writes_coalesced_total", (("node", node),)), 0)
+    # The first write at once, then at most one handling per interval for as long as the writes kept coming.
+    assert 2 <= handled <= 2 + span / REPORT_MIN_INTERVAL, (
+        f"{handled:.0f} handlings of {writes} writes in {span:.1f} s: not paced at one per {REPORT_MIN_INTERVAL} s")
+    assert coalesced >= 1, f"no write of the {writes} was coalesced ({handled:.0f} handled in {span:.1f} s)"

@@ -4,9 +4,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from tests.credit_scenarios import HOUR, credit_series, nightly_drain, trap
-from tests.support import read_report
+from tests.support import report_spec
 
 from mountwarden.adapters.pods import PodPlacements, placement
+from mountwarden.api.nodemountreport import LazyNodeReport
 from mountwarden.api.storageprofile import CreditsStatus
 from mountwarden.core.credits import CreditWatchProblem, ProblemReason
 from mountwarden.core.storageclass import ClassEntry
@@ -18,10 +19,11 @@ TARGET = CreditWatchTarget(FS, "", timedelta(hours=48), "scratch")
 
 
 def report(node, pod_uid, volume, ops):
-    return read_report(node, scanTime="2026-03-01T22:20:00Z", volumes=[
+    """The report as kopf's index files it: as written, read when asked."""
+    return LazyNodeReport(node, report_spec(node, scanTime="2026-03-01T22:20:00Z", volumes=[
         {"podUid": pod_uid, "volumeName": volume, "superblock": f"0:{len(volume)}", "ageSeconds": 100,
          "mountPoint": f"/var/lib/kubelet/pods/{pod_uid}/volumes/kubernetes.io~csi/{volume}/mount",
-         "effectiveOptions": ["vers=4.1"], "operations": {"GETATTR": {"ops": ops}}}])
+         "effectiveOptions": ["vers=4.1"], "operations": {"GETATTR": {"ops": ops}}}]))
 
 
 def pod(uid, name, claim, node="node-1"):

@@ -25,6 +25,15 @@ def test_fargate_and_virtual_kubelet_nodes_are_known_by_their_labels():
     assert NodeFacts.of({}) == NodeFacts()
 
 
+def test_a_control_plane_node_has_no_agent_only_when_the_chart_keeps_it_off():
+    control_plane = {"node-role.kubernetes.io/control-plane": "", "topology.kubernetes.io/zone": "eu-west-1a"}
+    assert why_no_agent(control_plane) is None  # --agent-on-control-plane, the operator's default
+    why = why_no_agent(control_plane, control_plane_excluded=True)
+    assert "control-plane node" in why and "agent.controlPlaneNodes" in why
+    assert NodeFacts.of(control_plane, control_plane_excluded=True) == NodeFacts("eu-west-1a", why)
+    assert why_no_agent({"kubernetes.io/role": "worker"}, control_plane_excluded=True) is None
+
+
 def test_a_missing_report_is_explained_by_the_nodes_kind():
     consumer = Consumer("uid-1", "web", "api-0", "fargate-ip-10-0-1-7", "pv-1")
     explained = assess(consumer, Contract({}), {}, now=NOW, stale_after=timedelta(minutes=15),

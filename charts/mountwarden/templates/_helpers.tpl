@@ -84,13 +84,17 @@ term (terms are ORed, a term's expressions ANDed: each term must exclude those n
 */}}
 {{- define "mountwarden.agentAffinity" -}}
 {{- $affinity := deepCopy (default (dict) .Values.agent.affinity) -}}
-{{- if .Values.agent.unsupportedNodes -}}
+{{- $excluded := default (list) .Values.agent.unsupportedNodes -}}
+{{- if not .Values.agent.controlPlaneNodes -}}
+{{- $excluded = append $excluded (dict "key" "node-role.kubernetes.io/control-plane" "operator" "DoesNotExist") -}}
+{{- end -}}
+{{- if $excluded -}}
 {{- $node := default (dict) (get $affinity "nodeAffinity") -}}
 {{- $required := default (dict) (get $node "requiredDuringSchedulingIgnoredDuringExecution") -}}
 {{- $terms := default (list (dict)) (get $required "nodeSelectorTerms") -}}
 {{- $merged := list -}}
 {{- range $terms -}}
-{{- $expressions := concat (default (list) (get . "matchExpressions")) $.Values.agent.unsupportedNodes -}}
+{{- $expressions := concat (default (list) (get . "matchExpressions")) $excluded -}}
 {{- $merged = append $merged (merge (dict "matchExpressions" $expressions) .) -}}
 {{- end -}}
 {{- $_ := set $required "nodeSelectorTerms" $merged -}}

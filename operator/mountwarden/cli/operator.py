@@ -101,6 +101,11 @@ def operator_command(
         "--failure-interval", envvar="MOUNTWARDEN_FAILURE_INTERVAL", min=0.1,
         help="Seconds between judgements of every node's mount failures besides those its report's changes "
              "bring: what only time makes a failure (StuckTerminating, OrphanedMount).")] = 30.0,
+    report_min_interval: Annotated[float, typer.Option(
+        "--report-min-interval", envvar="MOUNTWARDEN_REPORT_MIN_INTERVAL", min=0.0,
+        help="Seconds between two handlings of one node's NodeMountReport. A node that writes faster (a broken "
+             "agent in a loop) has only its latest report handled, at this pace; the skipped writes are counted "
+             "in mountwarden_report_writes_coalesced_total. 0 handles every write.")] = 2.0,
     webhook_mode: Annotated[WebhookMode, typer.Option(
         "--webhook-mode", envvar="MOUNTWARDEN_WEBHOOK_MODE",
         help="The admission webhook. local: serve on --webhook-host and register it with the API server; cluster: "
@@ -165,6 +170,11 @@ def operator_command(
              "options inherited through a shared superblock, an ignored nconnect, how the mount is doing): Events, "
              "metrics and PolicyReports under the policy mountwarden-baseline. The inventory (kubectl get netfs) is "
              "kept either way.")] = True,
+    agent_on_control_plane: Annotated[bool, typer.Option(
+        "--agent-on-control-plane/--no-agent-on-control-plane", envvar="MOUNTWARDEN_AGENT_ON_CONTROL_PLANE",
+        help="Whether node agents run on control-plane nodes (labelled node-role.kubernetes.io/control-plane). The "
+             "chart passes --no-agent-on-control-plane unless agent.controlPlaneNodes is true, so that a pod "
+             "volume there without a report is said to be unverified by choice, not looked for.")] = True,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every handler and API call.")] = False,
 ) -> None:
     """Run the controller: StorageProfiles into versioned StorageClasses, proof of every mount, rollouts, warnings.
@@ -194,7 +204,8 @@ def operator_command(
             compliance_interval=compliance_interval, rollout_interval=rollout_interval,
             report_stale_after=report_stale_after, policy_reports=policy_reports,
             report_format=report_format or ReportFormat.AUTO, stuck_after=stuck_after,
-            failure_interval=failure_interval, baseline=baseline,
+            failure_interval=failure_interval, report_min_interval=report_min_interval, baseline=baseline,
+            agent_on_control_plane=agent_on_control_plane,
         )
     except ValueError as error:
         fail(escape(str(error)))

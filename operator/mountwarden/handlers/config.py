@@ -70,8 +70,14 @@ class OperatorConfig:
     webhook_repair_interval: float = REPAIR_SECONDS
     #: Seconds between judgements of every node's failures (time alone makes StuckTerminating, OrphanedMount).
     failure_interval: float = 30.0
+    #: Seconds between two handlings of one node's report: faster writes are coalesced, the latest handled
+    #: (mountwarden.core.node.pace).
+    report_min_interval: float = 2.0
     #: Judge every pod volume no StorageProfile governs against the baseline (mountwarden.core.baseline).
     baseline: bool = True
+    #: False when the agents are kept off control-plane nodes (the chart's agent.controlPlaneNodes: false), so
+    #: that a missing report there is explained, not looked for.
+    agent_on_control_plane: bool = True
 
     # Parsed from the settings above, once, when the config is made (a ValueError names the flag that is wrong).
     #: system:serviceaccount:NS:NAME of agent_service_account; None checks no report writes.

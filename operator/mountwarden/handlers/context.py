@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # the handlers that own these import this module
     from mountwarden.handlers.policyreports import PolicyReportPublisher
     from mountwarden.handlers.posted import PostedFindings
     from mountwarden.handlers.remediation import EvictionLog
+    from mountwarden.handlers.reportpace import ReportPacer
     from mountwarden.handlers.rollouts import RolloutWakeups
 
 
@@ -113,6 +114,8 @@ class OperatorContext:
     #: Every node's mount failures, judged again every --failure-interval by ``failure_loop`` (filled at start-up).
     mount_failures: MountFailures | None = None
     failure_loop: asyncio.Task | None = None
+    #: Hands each node's report to its handling at most once per --report-min-interval (filled at start-up).
+    report_pacer: ReportPacer | None = None
     #: The pods each profile evicted for a stale file handle, and when (spec.remediation; filled at start-up).
     evictions: EvictionLog | None = None
     #: The inventory's loop (filled at start-up): the NetworkFileSystem objects and the baseline's findings.

@@ -24,6 +24,7 @@ from mountwarden.adapters.aws import CreditWatchError, fetch_credit_series, make
 from mountwarden.adapters.pods import PodPlacements
 from mountwarden.adapters.watches import with_cluster_indexes
 from mountwarden.api.base import GROUP, VERSION
+from mountwarden.api.nodemountreport import node_reports
 from mountwarden.api.storageprofile import PLURAL, CreditsStatus, StorageProfileSpec
 from mountwarden.core.credits import (
     DEFAULT_HISTORY,
@@ -200,7 +201,7 @@ def watched_volumes(targets: Iterable[CreditWatchTarget], reports_by_node: kopf.
 
     owners = VolumeOwners(pod_of, storage_class_of, profile_of, file_systems.get)
     # A report is believed only about its own node's pods (core.nodereport.of_own_pods).
-    volumes = [volume for store in reports_by_node.values() for report in store
+    volumes = [volume for report in node_reports(reports_by_node).values()
                for volume in reported_volumes(of_own_pods(report, pods.node_of)[0])]
     return volumes, owners
 

@@ -26,9 +26,6 @@ import kopf
 
 from mountwarden.adapters.kube import TransientApiError, warn_node
 from mountwarden.adapters.pods import PodPlacements
-from mountwarden.api.base import GROUP, VERSION
-from mountwarden.api.nodemountreport import PLURAL as REPORTS
-from mountwarden.api.nodemountreport import UnreadableReport, read_node_report
 from mountwarden.core.findings import Finding, Reason, Subject
 from mountwarden.core.node.failures import DeletingPod, orphaned_mounts, stuck_terminating
 from mountwarden.core.node.report import NodeFinding, NodeReport, of_own_pods
@@ -154,17 +151,10 @@ def judge_node(memo: OperatorContext, node: str, now: datetime | None = None) ->
     publish(memo, node, found)
 
 
-def follow_report(name: str, spec: kopf.Spec, type: str, memo: OperatorContext, **_) -> None:
-    """A node's report changed: judge its failures again (a report deleted takes its failures along)."""
-    memo.event_context.capture()
-    if type == "DELETED" or not spec:
-        memo.mount_failures.follow(name, None)
-    else:
-        try:
-            memo.mount_failures.follow(name, read_node_report(name, spec))
-        except UnreadableReport:
-            return
-    judge_node(memo, name)
+def follow_report(memo: OperatorContext, node: str, report: NodeReport | None) -> None:
+    """A node's report changed: judge its failures again (a report deleted, None, takes its failures along)."""
+    memo.mount_failures.follow(node, report)
+    judge_node(memo, node)
 
 
 async def judge_every_node(memo: OperatorContext, active) -> None:
@@ -196,4 +186,3 @@ async def stop_judging(memo: OperatorContext, **_) -> None:
 def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     kopf.on.startup(registry=registry)(start_judging)
     kopf.on.cleanup(registry=registry)(stop_judging)
-    kopf.on.event(GROUP, VERSION, REPORTS, registry=registry)(follow_report)

@@ -35,7 +35,7 @@ keeps an object's previous entries when its index function returns None.
 | pods_by_uid (*) | pod UID -> its PodPlacement (namespace, name, node, claims) | reports (Events; a report speaks only of its node's pods), credits |
 | pods_by_claim (*) | (namespace, claim) -> PodPlacement of each pod mounting it | reports (compliance) |
 | namespace_labels | namespace -> its labels | admission |
-| reports_by_node | node -> its NodeReport | reports, credits |
+| reports_by_node | node -> its report as written (a LazyNodeReport: read the first time a reader asks) | reports, credits, inventory |
 | nodes | node -> its NodeFacts (zone label; why no agent can run there) | credits (CrossAZMount), reports (a missing report explained) |
 """
 
@@ -52,7 +52,7 @@ from mountwarden.adapters.pods import POD_INDEXES, pod_entries
 from mountwarden.adapters.watches import CoreWatches, Entries
 from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.nodemountreport import PLURAL as REPORTS
-from mountwarden.api.nodemountreport import UnreadableReport, read_node_report
+from mountwarden.api.nodemountreport import LazyNodeReport
 from mountwarden.api.storageprofile import PLURAL as PROFILES
 from mountwarden.api.storageprofile import ProfileStatus, StorageProfileSpec, adopter_of, contract_of
 from mountwarden.core.admission import ProfileEntry, consumer_keys
@@ -249,17 +249,16 @@ def namespace_labels(name: str, labels: kopf.Labels, **_) -> dict:
     return {name: dict(labels)}
 
 
-def nodes(name: str, labels: kopf.Labels, **_) -> dict:
-    facts = NodeFacts.of(labels)
+def nodes(name: str, labels: kopf.Labels, memo: OperatorContext, **_) -> dict:
+    facts = NodeFacts.of(labels, control_plane_excluded=not memo.config.agent_on_control_plane)
     return {name: facts} if facts != NodeFacts() else {}
 
 
 async def reports_by_node(name: str, spec: kopf.Spec, **_) -> dict:
-    """Each node's report, read once when it changes (one that cannot be read counts as missing)."""
-    try:
-        return {name: read_node_report(name, spec)}
-    except UnreadableReport:
-        return {}
+    """Each node's report, kept as written until a reader asks (LazyNodeReport)."""
+    return {name: LazyNodeReport(name, dict(spec))}
+
+
 
 
 def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:

@@ -95,7 +95,8 @@ def facts_of(memo: OperatorContext, kopf_indexes: Mapping[str, dict]) -> Cluster
         volumes=[one(network, name) for name in list(network)],
         pods_of_claim=memo.pods.of_claim,
         pod_of_uid=memo.pods.get,
-        reports={node: of_own_pods(report, memo.pods.node_of)[0] for node, report in kopf_indexes["reports_by_node"].items()},
+        reports={node: of_own_pods(report, memo.pods.node_of)[0]
+                 for node, entry in kopf_indexes["reports_by_node"].items() if (report := entry.read()) is not None},
         contracts=dict(kopf_indexes["contracts"]),
         adopters=list(kopf_indexes["adopters"].values()),
         reported_volume=reported_volume,

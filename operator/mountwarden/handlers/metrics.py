@@ -261,6 +261,14 @@ REPORT_ENTRIES_DROPPED = Counter(
     "mountwarden_report_entries_dropped",
     "Entries of a node's report naming a pod not scheduled on that node (reason other-node), or no known pod "
     "(unknown-pod), ignored", ("node", "reason"))
+REPORT_WRITES_COALESCED = Counter(
+    "mountwarden_report_writes_coalesced",
+    "Writes of a node's report skipped because the node wrote again within --report-min-interval: only its "
+    "latest report is handled, at that pace (mountwarden.core.node.pace)", ("node",))
+REPORT_HANDLINGS = Counter(
+    "mountwarden_report_handlings",
+    "Handlings of a node's report (its failures, its pods' Events, the rollouts waiting on it): at most one per "
+    "--report-min-interval, whatever the node writes", ("node",))
 POSTED_FINDINGS = Gauge("mountwarden_posted_findings",
                         "Findings remembered as already posted as pod Events (bounded, expiring after an hour)")
 

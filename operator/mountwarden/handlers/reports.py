@@ -14,8 +14,7 @@ import kopf
 from mountwarden.adapters.pods import PodPlacement, PodPlacements
 from mountwarden.adapters.watches import with_cluster_indexes
 from mountwarden.api.base import GROUP, VERSION
-from mountwarden.api.nodemountreport import PLURAL as REPORTS
-from mountwarden.api.nodemountreport import UnreadableReport, read_node_report
+from mountwarden.api.nodemountreport import node_report
 from mountwarden.api.storageprofile import PLURAL as PROFILES
 from mountwarden.core.compliance import Consumer, ProfileCompliance, VolumeState, assess
 from mountwarden.core.conditions import find_condition
@@ -56,7 +55,7 @@ def consumers_of(profile: str, classes_by_profile: kopf.Index, volumes_by_class:
 def _reports(reports_by_node: kopf.Index, nodes: Iterable[str | None], pods: PodPlacements,
              ) -> dict[str, NodeReport]:
     """The nodes' reports, each believed only about the pods scheduled on its node."""
-    found = {node: one(reports_by_node, node) for node in {n for n in nodes if n}}
+    found = {node: node_report(reports_by_node, node) for node in {n for n in nodes if n}}
     return {node: of_own_pods(report, pods.node_of)[0] for node, report in found.items() if report is not None}
 
 
@@ -99,7 +98,7 @@ def assess_compliance(
 
 @with_cluster_indexes
 def announce_findings(
-    name: str, spec: kopf.Spec, type: str, memo: OperatorContext, contracts: kopf.Index,
+    name: str, report: NodeReport, memo: OperatorContext, contracts: kopf.Index,
     claims_by_volume: kopf.Index, classes_by_name: kopf.Index, rollouts_under_way: kopf.Index, **_,
 ) -> None:
     """Post a Warning Event on each pod whose mount drifted, is stuck or struggling, or runs SQLite on NFS.
@@ -110,12 +109,6 @@ def announce_findings(
     rollout itself says what blocks it. How a mount is doing (ThroughputPlateau, TransportUnhealthy,
     StuckOnNFS) is said whatever its options.
     """
-    if type == "DELETED" or not spec:
-        return
-    try:
-        report = read_node_report(name, spec)
-    except UnreadableReport:
-        return
     _announce_userspace_clients(name, report, memo)
     report, foreign = of_own_pods(report, memo.pods.node_of)
     for entry in foreign:
@@ -174,5 +167,4 @@ def forget_profile_series(name: str, type: str, **_) -> None:
 def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     kopf.timer(*PROFILE, interval=config.compliance_interval, initial_delay=2.0, registry=registry)(
         assess_compliance)
-    kopf.on.event(GROUP, VERSION, REPORTS, registry=registry)(announce_findings)
     kopf.on.event(*PROFILE, registry=registry)(forget_profile_series)

@@ -35,7 +35,6 @@ from mountwarden.adapters.kube import StorageClasses, TransientApiError, transie
 from mountwarden.adapters.watches import Entries, with_cluster_indexes
 from mountwarden.adapters.workloads import ClusterWorkloads
 from mountwarden.api.base import GROUP, VERSION
-from mountwarden.api.nodemountreport import PLURAL as REPORTS
 from mountwarden.api.storageprofile import PLURAL, ProfileStatus, StorageProfileSpec, adopter_of
 from mountwarden.core.adoption import Adopter, CandidateVolume, Selection, class_fate, select
 from mountwarden.core.options.normalize import normalize
@@ -487,10 +486,6 @@ async def wake_on_autoscaler_change(namespace: str, spec: kopf.Spec, memo: Opera
     memo.rollout_wakeups.wake_for_workload(target.get("kind", ""), namespace, target.get("name", ""))
 
 
-async def wake_on_report_change(memo: OperatorContext, **_) -> None:
-    memo.rollout_wakeups.wake_verifying()
-
-
 async def start_wakeups(memo: OperatorContext, **_) -> None:
     memo.rollout_wakeups = RolloutWakeups(asyncio.get_running_loop())
     memo.watches.volumes.listeners.append(volume_changed(memo.rollout_wakeups))
@@ -503,4 +498,3 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     for resource in WORKLOAD_RESOURCES:
         kopf.on.event(*resource, registry=registry)(wake_on_workload_change)
     kopf.on.event("autoscaling", "v2", "horizontalpodautoscalers", registry=registry)(wake_on_autoscaler_change)
-    kopf.on.event(GROUP, VERSION, REPORTS, registry=registry)(wake_on_report_change)

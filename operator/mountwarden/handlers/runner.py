@@ -105,6 +105,7 @@ def register_handlers(config: OperatorConfig, registry: kopf.OperatorRegistry | 
         policyreports,
         profiles,
         remediation,
+        reportpace,
         reports,
         rollouts,
         standby,
@@ -113,7 +114,7 @@ def register_handlers(config: OperatorConfig, registry: kopf.OperatorRegistry | 
     registry = registry if registry is not None else kopf.OperatorRegistry()
     kopf.on.startup(registry=registry)(configure)
     kopf.on.login(registry=registry)(login)
-    for module in (indexes, profiles, reports, failures, remediation, rollouts, credits, admission, policyreports,
+    for module in (indexes, profiles, reports, reportpace, failures, remediation, rollouts, credits, admission, policyreports,
                    inventory, standby):
         module.register(registry, config)
     return registry

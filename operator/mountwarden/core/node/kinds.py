@@ -8,7 +8,8 @@
   with no host /proc to read; virtual-kubelet labels its node ``type: virtual-kubelet``.
 
 The chart keeps the agent off these nodes with a required node affinity on the same labels
-(values.yaml, ``agent.unsupportedNodes``).
+(values.yaml, ``agent.unsupportedNodes``), and off control-plane nodes unless ``agent.controlPlaneNodes``
+asks for them (the operator then runs with ``--no-agent-on-control-plane``): a choice, not a limit, said as such.
 """
 
 from collections.abc import Mapping
@@ -26,8 +27,17 @@ UNSUPPORTED_NODE_LABELS: Mapping[tuple[str, str], str] = {
 }
 
 
-def why_no_agent(labels: Mapping[str, str]) -> str | None:
-    """Why the agent cannot run on a node with these labels; None when it can."""
+#: kubeadm's (and most installers') label of a control-plane node; its value is empty.
+CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
+NOT_ON_CONTROL_PLANE = (f"a control-plane node ({CONTROL_PLANE_LABEL}): the chart keeps the agent off control-plane "
+                        "nodes unless agent.controlPlaneNodes is true")
+
+
+def why_no_agent(labels: Mapping[str, str], *, control_plane_excluded: bool = False) -> str | None:
+    """Why no agent runs on a node with these labels (``control_plane_excluded``: none is sent to a control-plane
+    node); None when one does."""
+    if control_plane_excluded and CONTROL_PLANE_LABEL in labels:
+        return NOT_ON_CONTROL_PLANE
     return next((why for (label, value), why in UNSUPPORTED_NODE_LABELS.items() if labels.get(label) == value), None)
 
 
@@ -39,5 +49,5 @@ class NodeFacts:
     no_agent: str | None = None
 
     @classmethod
-    def of(cls, labels: Mapping[str, str]) -> "NodeFacts":
-        return cls(labels.get(ZONE_LABEL) or None, why_no_agent(labels))
+    def of(cls, labels: Mapping[str, str], *, control_plane_excluded: bool = False) -> "NodeFacts":
+        return cls(labels.get(ZONE_LABEL) or None, why_no_agent(labels, control_plane_excluded=control_plane_excluded))
