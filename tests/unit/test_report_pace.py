@@ -122,6 +122,9 @@ def test_a_deletion_is_handled_as_the_latest_and_the_node_forgotten():
                                        Arrival("node-a", "DELETED", {"scan": 0})])
     assert [a.type for a in handled] == ["MODIFIED", "DELETED"]
     assert len(pacer._pace) == 0
+    series = {sample.labels.get("node") for metric in (metrics.REPORT_HANDLINGS, metrics.REPORT_WRITES_COALESCED)
+              for family in metric.collect() for sample in family.samples}
+    assert "node-a" not in series
 
 
 @pytest.mark.parametrize("interval", [0.0, 0.05])

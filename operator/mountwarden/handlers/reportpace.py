@@ -116,9 +116,12 @@ class ReportPacer:
             await self._handle(arrival)
         except Exception:  # one failed handling must not stop the next: the node's next report is handled again
             log.exception("handling the NodeMountReport of node %s failed", arrival.node)
-        if arrival.type == "DELETED":
+        if arrival.type == "DELETED":  # a node gone: nothing kept about it, its series included
             self._pace.forget(arrival.node)
             self._warned.discard(arrival.node)
+            for counter in (metrics.REPORT_HANDLINGS, metrics.REPORT_WRITES_COALESCED):
+                with contextlib.suppress(KeyError):
+                    counter.remove(arrival.node)
 
     def _finished(self, node: str, task: asyncio.Task) -> None:
         if self._running.get(node) is task:
