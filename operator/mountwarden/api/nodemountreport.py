@@ -351,8 +351,9 @@ class LazyNodeReport:
     """A node's report as written, read the first time a reader asks, once.
 
     kopf files every write of a report; reading one costs ~80 ms at the CRD's 2,048 volumes. Read on demand, a
-    node that writes in a loop costs kopf's index no read per write: the readers (compliance, credits, the
-    inventory, and each report's handling, paced by handlers.reportpace) read at their own pace.
+    node that writes in a loop costs kopf's index no read per write: its readers (compliance, credits, the
+    inventory) read at their own pace, and each report's handling (handlers.reportpace) reads the write it
+    handles, at most one per interval.
     """
 
     __slots__ = ("name", "_spec", "_report")

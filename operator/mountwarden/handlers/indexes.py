@@ -259,8 +259,6 @@ async def reports_by_node(name: str, spec: kopf.Spec, **_) -> dict:
     return {name: LazyNodeReport(name, dict(spec))}
 
 
-
-
 def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     """Register the indexes; those only admission reads, only when it is served."""
     for function in (contracts, rollouts_under_way, credit_watch_targets, adopters):

@@ -49,11 +49,9 @@ class ReportPacer:
     Runs on one asyncio loop (kopf's): ``offer`` is called from a kopf handler on it.
     """
 
-    def __init__(self, min_interval: float, handle: Callable[[Arrival], Awaitable[None]], *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, min_interval: float, handle: Callable[[Arrival], Awaitable[None]]) -> None:
         self._pace = Pace(min_interval)
         self._handle = handle
-        self._clock = clock
         self._latest: dict[str, Arrival] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._running: dict[str, asyncio.Task] = {}
@@ -61,10 +59,10 @@ class ReportPacer:
         self._quiet = asyncio.Event()
         self._quiet.set()
 
-    def offer(self, arrival: Arrival) -> Admission:
+    def offer(self, arrival: Arrival) -> None:
         node = arrival.node
         self._latest[node] = arrival
-        admission, delay = self._pace.arrive(node, self._clock())
+        admission, delay = self._pace.arrive(node, time.monotonic())
         if admission is Admission.NOW:
             self._start(node)
         elif admission is Admission.LATER:
@@ -77,7 +75,6 @@ class ReportPacer:
                 log.warning("node %s writes its NodeMountReport more often than every %.1f s: only its latest "
                             "report is handled, at that pace (mountwarden_report_writes_coalesced_total counts "
                             "the writes skipped; said once per node)", node, self._pace.min_interval)
-        return admission
 
     async def drained(self) -> None:
         """Until nothing is scheduled and no handling runs."""
@@ -97,7 +94,7 @@ class ReportPacer:
 
     def _due(self, node: str) -> None:
         self._timers.pop(node, None)
-        self._pace.due(node, self._clock())
+        self._pace.due(node, time.monotonic())
         self._start(node)
 
     def _start(self, node: str) -> None:
