@@ -38,8 +38,10 @@ class WaitTimedOut(AssertionError):
     """A condition never held: what was waited for, and the last value seen."""
 
 
-def wait_for(condition: Callable[[], object], *, timeout: float = 60.0, interval: float = 0.25, what: str = "") -> object:
-    """Poll until ``condition()`` is truthy and return it; WaitTimedOut with ``what`` and the last value otherwise."""
+def wait_for(condition: Callable[[], object], *, timeout: float = 60.0, interval: float = 0.25,
+             what: str | Callable[[], str] = "") -> object:
+    """Poll until ``condition()`` is truthy and return it; WaitTimedOut with ``what`` and the last value otherwise
+    (``what`` may be a callable, asked only then, to say the state the wait ended in)."""
     deadline = time.monotonic() + timeout
     last: object = None
     while time.monotonic() < deadline:
@@ -47,7 +49,8 @@ def wait_for(condition: Callable[[], object], *, timeout: float = 60.0, interval
         if last:
             return last
         time.sleep(interval)
-    raise WaitTimedOut(f"timed out after {timeout:.0f}s waiting for {what or condition}: last value {last!r}")
+    described = what() if callable(what) else what
+    raise WaitTimedOut(f"timed out after {timeout:.0f}s waiting for {described or condition}: last value {last!r}")
 
 
 class Kube:

@@ -155,8 +155,17 @@ class Scenario:
         })
 
     def bare_pod(self, name: str, claim: str, node: str) -> None:
+        """A pod of ``claim`` on ``node``, created once the claim is bound: the scheduler parks a pod whose claim
+        is not bound yet as unschedulable, and may retry it only minutes later (a fresh run once waited 60 s)."""
+        wait_for(lambda: self.kube.core.read_namespaced_persistent_volume_claim(claim, self.namespace).status.phase
+                 == "Bound", what=f"claim {claim} bound")
         self.kube.core.create_namespaced_pod(self.namespace, {"metadata": {"name": name},
                                                               "spec": self.pod_spec(claim, node)})
+
+    def where(self, pod_name: str) -> str:
+        """The pod's phase, node and start, for a wait that timed out."""
+        pod = self.kube.core.read_namespaced_pod(pod_name, self.namespace)
+        return f"pod {pod_name}: {pod.status.phase} on {pod.spec.node_name}, started {pod.status.start_time}"
 
     def ready(self, kind: str, name: str, replicas: int) -> bool:
         if kind == "Deployment":
@@ -310,7 +319,7 @@ def other_consumer_mounted(case, node: str) -> str:
     case.claim("other", "", STAGING, path=export)
     case.bare_pod("other", "other", node)
     wait_for(lambda: case.reported_options(case.kube.core.read_namespaced_pod("other", case.namespace)),
-             what="the other consumer mounted")
+             what=lambda: f"the other consumer mounted ({case.where('other')})")
     return export
 
 
