@@ -2,9 +2,9 @@
 and paths it names exist, and the advice that went stale stays gone.
 
 Safe: the `mountwarden` subcommands that read files or this machine's /proc and touch no cluster, no AWS
-account, no Docker and no VM. The others (operator, agent, plan, credits forecast, dev-cluster, the kernel
-lab's, kind, docker, helm) are checked to exist (`--help`), not run; what it says `make test` and the kernel
-lab need is read from the Makefile and hack/lab/.
+account, no NFS server, no Docker and no VM. The others (operator, agent, plan, credits forecast, ping-server,
+dev-cluster, the kernel lab's, kind, docker, helm) are checked to exist (`--help`), not run; what it says
+`make test` and the kernel lab need is read from the Makefile and hack/lab/.
 """
 
 import json
@@ -19,9 +19,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 BIN = Path(sys.executable).parent
-#: Subcommands that need a cluster, an AWS account, a long-running process or the kernel lab's VM.
+#: Subcommands that need a cluster, an AWS account, an NFS server, a long-running process or the kernel lab's VM.
 NOT_RUN_HERE = ("plan", "inventory", "credits forecast", "credits watch", "dev-cluster", "dev-cluster up", "dev-cluster down",
-                "operator", "agent", "cleanup", "lab build", "lab try", "lab measure")
+                "operator", "agent", "cleanup", "lab build", "lab try", "lab measure", "ping-server")
 
 
 def shell_blocks() -> list[str]:

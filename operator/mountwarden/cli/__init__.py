@@ -13,6 +13,7 @@ from mountwarden.cli import (  # noqa: F401  (imported for their registrations)
     options,
     plan,
     procfs,
+    server,
     sqlite,
 )
 from mountwarden.cli._app import app
