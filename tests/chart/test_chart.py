@@ -325,6 +325,33 @@ def test_the_agent_gets_only_the_capabilities_its_enabled_features_need(render, 
     assert [arg for arg in agent["args"] if arg in ("--no-sqlite-scan", "--probe-timeout=0")] == flags
 
 
+def test_an_agent_that_is_not_root_reads_its_own_mount_namespace_with_no_capability(render, helm, helm_env):
+    """agent.root=false: the image's user, nothing added, the kubelet's pods directory propagated in at its own
+    path (read-only), the node's network for the RPC NULL call (docs/security.md's kernel facts)."""
+    daemonset = find(render("--set", "agent.root=false", "--set", "agent.readOtherProcesses=false"), "DaemonSet")
+    pod, agent = daemonset["spec"]["template"]["spec"], container(daemonset)
+    assert (pod["securityContext"]["runAsUser"], pod["securityContext"]["runAsNonRoot"]) == (65532, True)
+    assert agent["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert {"--mount-table=own", "--probe=null", "--no-sqlite-scan"} <= set(agent["args"])
+    assert "--probe-timeout=0" not in agent["args"]
+    (propagated,) = [m for m in agent["volumeMounts"] if m["name"] == "kubelet-pods"]
+    assert propagated == {"name": "kubelet-pods", "mountPath": "/var/lib/kubelet/pods", "readOnly": True,
+                          "mountPropagation": "HostToContainer"}
+    (source,) = [v for v in pod["volumes"] if v["name"] == "kubelet-pods"]
+    assert source["hostPath"] == {"path": "/var/lib/kubelet/pods", "type": "Directory"}
+    assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    without_probe = container(find(render("--set", "agent.root=false", "--set", "agent.readOtherProcesses=false",
+                                          "--set", "agent.probeServers=false"), "DaemonSet"))
+    assert "--probe-timeout=0" in without_probe["args"]
+    assert without_probe["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    # As root (the default) nothing of it: the host's tables, no host network.
+    default = find(render(), "DaemonSet")["spec"]["template"]["spec"]
+    assert "hostNetwork" not in default and not any(v["name"] == "kubelet-pods" for v in default["volumes"])
+    refused = run_helm(helm, helm_env, "template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION,
+                       "--set", "agent.root=false")
+    assert refused.returncode != 0 and "set agent.readOtherProcesses=false as well" in refused.stderr
+
+
 def agent_rules(objects) -> list[dict]:
     return next(o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"].endswith("-agent"))["rules"]
 

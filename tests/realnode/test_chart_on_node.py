@@ -267,6 +267,71 @@ def test_sqlite_detection_needs_dac_read_search_and_says_what_it_cannot_see_with
     assert "OpenFilesForbidden" not in finding["message"]
 
 
+#: Run in the agent container's mount and pid namespaces, as its user with no capability (nsenter -S/-G), by the
+#: image's own python3: a write into every mount it has from the host and below them (each pod volume it sees,
+#: propagated in), then a read of each path given.
+REACH = """
+import json, os, sys
+def attempt(path, flags):
+    try:
+        os.close(os.open(path, flags, 0o600))
+    except OSError as error:
+        return error.strerror
+    return "done"
+points = [line.split()[4] for line in open("/proc/self/mountinfo")]
+host = [p for p in points if p.startswith(("/host/proc", "/var/lib/kubelet/pods"))]
+extra = ["/host/proc/1/root/etc/mountwarden-probe", "/host/proc/1/root/var/lib/kubelet/mountwarden-probe"]
+writes = {p: attempt(os.path.join(p, "mountwarden-probe"), os.O_WRONLY | os.O_CREAT) for p in host + extra}
+reads = {p: attempt(p, os.O_RDONLY) for p in sys.argv[1:]}
+print(json.dumps({"points": points, "writes": writes, "reads": reads}))
+"""
+
+
+def host_secrets(real_node) -> list[str]:
+    """What must stay unreadable, found by root in the VM: every pod's service account token, the kubelet's keys
+    (through /host/proc/1/root, the host's root), the host's shadow file and pid 1's environment."""
+    found = real_node.vm.run("ls -d /var/lib/kubelet/pods/*/volumes/kubernetes.io~projected/*/token "
+                             "/var/lib/kubelet/pki/*.key /var/lib/kubelet/pki/*.pem 2>/dev/null",
+                             check=False, timeout=60).stdout.split()
+    tokens = [path for path in found if path.endswith("/token")]
+    keys = [f"/host/proc/1/root{path}" for path in found if "/pki/" in path]
+    assert tokens and keys, found
+    return [*tokens, *keys, "/host/proc/1/root/etc/shadow", "/host/proc/1/environ"]
+
+
+def test_an_agent_that_is_not_root_reports_counters_and_answers_and_can_write_and_read_nothing_of_the_host(
+        real_node, chart, cluster, kube, namespace, unique):
+    helm_upgrade(cluster, "agent.root=false", "agent.readOtherProcesses=false", "agent.probeServers=true")
+    try:
+        agent = wait_for(lambda: (pod := agent_pod(kube)) and "--mount-table=own" in pod.spec.containers[0].args
+                         and pod, timeout=CHART_START_SECONDS, interval=5, what="the agent rolled as uid 65532")
+        status = process_status(real_node, agent)
+        assert status["Uid"].split()[:2] == [str(UID), str(UID)] and status["Gid"].split()[:2] == [str(UID)] * 2
+        assert int(status["CapEff"], 16) == 0 and int(status["CapPrm"], 16) == 0 and int(status["CapBnd"], 16) == 0
+        # A pod mounted after the agent started: its volume propagated into the agent's own mount table, with the
+        # kernel's defaults, counters, and its server's answer to the RPC NULL call.
+        uid, _ = nfs_pod(kube, real_node, namespace, unique, "while true; do ls /data > /dev/null; sleep 1; done")
+        volume = wait_for(lambda: (v := reported(kube, uid)) and v.get("operations") and "serverResponding" in v
+                          and v, timeout=TIMEOUT, what="the report of the agent that is not root")
+        assert volume["optionsSource"] == "mountstats" and "acregmax=600" in volume["effectiveOptions"]
+        assert sum(operation["ops"] for operation in volume["operations"].values()) > 0
+        assert volume["serverResponding"] is True
+        # What its process can reach, under the runtime's own namespaces and identity.
+        pid = real_node.vm.run(
+            "for p in $(pgrep -f '/usr/local/bin/mountwarden'); do "
+            f"grep -qE 'pod{agent.metadata.uid.replace('-', '_')}|pod{agent.metadata.uid}' /proc/$p/cgroup "
+            "2>/dev/null && echo $p && break; done", timeout=60).stdout.split()[0]
+        secrets = host_secrets(real_node)
+        reach = json.loads(real_node.vm.run(
+            ["nsenter", "-t", pid, "-m", "-p", "-S", str(UID), "-G", str(UID), "/usr/bin/python3", "-c", REACH,
+             *secrets], timeout=120).stdout)
+        assert any(f"/pods/{uid}/volumes/kubernetes.io~nfs/" in point for point in reach["points"]), reach["points"]
+        assert len(reach["writes"]) > 4 and all(answer != "done" for answer in reach["writes"].values()), reach
+        assert all(answer == "Permission denied" for answer in reach["reads"].values()), reach["reads"]
+    finally:
+        helm_upgrade(cluster, "agent.root=true", "agent.readOtherProcesses=true")
+
+
 # -- upgrade and rollback ----------------------------------------------------------------------------------------
 
 

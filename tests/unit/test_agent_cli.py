@@ -173,3 +173,24 @@ def test_without_the_sqlite_scan_the_agent_reads_no_other_process(tmp_path):
                        "--no-sqlite-scan")
     assert unprivileged.exit_code == 0, unprivileged.output
     assert json.loads(unprivileged.stdout)["spec"].get("sqlite", []) == []
+
+
+def test_the_agent_reads_its_own_mount_table_when_told_and_the_hosts_otherwise(node, tmp_path):
+    """--mount-table own (the chart's agent.root=false): <proc-root>/self, the agent's own mount namespace with the
+    pods directory propagated in, where the host's pid 1 tables are refused to a uid other than 0 (kernel lab,
+    tests/kernel/test_unprivileged_node_reading.py)."""
+    assembled, mounts = node
+    host, own = assembled.path / "1", assembled.path / "self"
+    own.mkdir()
+    for name in ("mountinfo", "mountstats"):
+        (host / name).rename(own / name)
+    (host / "mountinfo").write_text("")  # what a reader that may not see the host's table gets here
+
+    seen = run("agent", "--node-name", "n", "--proc-root", assembled.path, "--once", "--dry-run",
+               "--probe-timeout", "0", "--mount-table", "own")
+    assert seen.exit_code == 0, seen.output
+    volumes = json.loads(seen.stdout)["spec"]["volumes"]
+    assert len(volumes) == len(mounts) and {v["optionsSource"] for v in volumes} == {"mountstats"}
+    hosts = run("agent", "--node-name", "n", "--proc-root", assembled.path, "--once", "--dry-run",
+                "--probe-timeout", "0")
+    assert hosts.exit_code == 1 and "1/mountinfo is missing, unreadable or empty" in hosts.output

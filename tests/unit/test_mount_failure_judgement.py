@@ -138,9 +138,18 @@ def test_a_server_whose_hard_mounts_wait_is_an_error_naming_them_and_their_stuck
     (found,) = servers_not_responding(facts)
     message = found.finding.message
     assert found.finding.severity is Severity.ERROR and found.pods == ("uid-a",) and found.pod_uid is None
-    assert "no answer within 5 s" in message and "Hard mounts wait for it, their data safe" in message
+    assert "the agent's statvfs() probe got no answer within 5 s" in message
+    assert "Hard mounts wait for it, their data safe" in message
     assert "(1 process(es) in D)" in message and "Soft mounts" not in message
     assert found.finding.evidence["server"] == "10.0.0.5" and found.finding.evidence["hardMounts"] == "1"
+
+
+def test_a_server_asked_by_the_null_call_is_said_down_naming_that_call():
+    hard = volume("data")
+    facts = NodeFacts([hard], answers={hard.mount_point: ProbeAnswer.NO_ANSWER}, probe_timeout=5,
+                      probe_name="RPC NULL call")
+    (found,) = servers_not_responding(facts)
+    assert "the agent's RPC NULL call got no answer within 5 s" in found.finding.message
 
 
 def test_a_server_whose_soft_mounts_fail_is_critical_and_says_their_data_is_at_risk():

@@ -9,10 +9,13 @@ import struct
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import pytest
 
+from mountwarden.agent.probe import NullProbe, rpc_target
 from mountwarden.agent.rpcping import ping
+from mountwarden.core.node.failures import ProbeAnswer
 from mountwarden.core.node.rpcnull import (
     NotAnRpcReply,
     NullAnswer,
@@ -104,11 +107,7 @@ def listener(answer) -> Iterator[int]:
 
 
 def test_ping_reads_the_answer_of_the_server_at_the_port():
-    def success(connection, xid):
-        body = accepted(0).replace(struct.pack(">I", XID), struct.pack(">I", xid), 1)
-        connection.sendall(struct.pack(">I", 0x8000_0000 | len(body)) + body)
-
-    with listener(success) as port:
+    with listener(answering) as port:
         result = ping("127.0.0.1", port=port, timeout=5)
     assert result.error is None and result.answer == NullAnswer(Verdict.ANSWERED)
 
@@ -125,3 +124,43 @@ def test_a_port_nobody_listens_on_is_refused_at_once():
         port = taken.getsockname()[1]
     result = ping("127.0.0.1", port=port, timeout=5)
     assert result.answer is None and "refused" in result.error
+
+
+@dataclass(frozen=True)
+class Mounted:
+    """What NullProbe needs of a scanned mount: its superblock, mount point and client key."""
+
+    superblock: str
+    mount_point: str
+    client_key: tuple[str, ...]
+
+
+def answering(connection, xid):
+    body = accepted(0).replace(struct.pack(">I", XID), struct.pack(">I", xid), 1)
+    connection.sendall(struct.pack(">I", 0x8000_0000 | len(body)) + body)
+
+
+def test_the_null_probe_asks_each_server_once_at_its_mounts_address_and_port_and_answers_for_each_mount():
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        closed = taken.getsockname()[1]
+    with listener(answering) as port:
+        mounts = [Mounted("0:60", "/pods/a/vol", ("4.1", "tcp", "127.0.0.1", str(port), "")),
+                  Mounted("0:60", "/pods/b/vol", ("4.1", "tcp", "127.0.0.1", str(port), "")),
+                  Mounted("0:61", "/pods/c/vol", ("4.1", "tcp", "127.0.0.1", str(closed), "")),
+                  Mounted("0:62", "/pods/d/vol", ("3", "udp", "127.0.0.1", "0", ""))]
+        result = NullProbe(timeout=5).probe(mounts)
+    assert result.asked_by == "RPC NULL call"
+    assert result.responding == {"0:60": True, "0:61": False, "0:62": None}
+    assert result.answers == {"/pods/a/vol": ProbeAnswer.ANSWERED, "/pods/b/vol": ProbeAnswer.ANSWERED,
+                              "/pods/c/vol": ProbeAnswer.NO_ANSWER, "/pods/d/vol": ProbeAnswer.UNKNOWN}
+
+
+@pytest.mark.parametrize(("client_key", "target"), [
+    (("4.1", "tcp", "10.0.1.5", "0", ""), ("10.0.1.5", 2049, 4)),  # port 0: the default
+    (("4.1", "tcp", "127.0.0.1", "20049", "tls"), ("127.0.0.1", 20049, 4)),  # EFS through its TLS tunnel
+    (("3", "tcp", "fd00::5", "2049", ""), ("fd00::5", 2049, 3)),
+    (("3", "udp", "10.0.1.5", "0", ""), None),  # the NULL call here speaks TCP only
+    (("4.1", "tcp", "", "0", ""), None),  # no address known
+])
+def test_the_null_probe_asks_where_the_mounts_client_talks(client_key, target):
+    assert rpc_target(client_key) == target

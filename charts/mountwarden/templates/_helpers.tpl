@@ -69,7 +69,7 @@ The agent's capabilities: exactly what its enabled features need (docs/security.
 */}}
 {{- define "mountwarden.agentCapabilities" -}}
 {{- $caps := list -}}
-{{- if or .Values.agent.readOtherProcesses .Values.agent.probeServers -}}
+{{- if and .Values.agent.root (or .Values.agent.readOtherProcesses .Values.agent.probeServers) -}}
 {{- $caps = append $caps "SYS_PTRACE" -}}
 {{- end -}}
 {{- if .Values.agent.readOtherProcesses -}}

@@ -161,6 +161,7 @@ class FailureWatch:
                 stuck[volume.mount_point] = found.stuck
         facts = NodeFacts(
             volumes=scan.volumes, answers=dict(probed.answers) if probed else {}, probe_timeout=probe_timeout,
+            probe_name=probed.asked_by if probed else "statvfs() probe",
             kernel_log=self.kernel_log.servers() if self.kernel_log else None, major_timeouts=timeouts,
             helpers=mount_helpers(self.proc, now), listeners=self.proc.listeners(), stuck=stuck,
             helper_stuck_seconds=self.helper_stuck_seconds, node=self.node_name)

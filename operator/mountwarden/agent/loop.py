@@ -26,7 +26,7 @@ from mountwarden.agent.activity import DEFAULT_PROCESS_ROUNDS, DEFAULT_WINDOW_SE
 from mountwarden.agent.failures import DEFAULT_KERNEL_LOG, FailureWatch
 from mountwarden.agent.metrics import DEFAULT_MAX_VOLUME_SERIES, AgentMetrics
 from mountwarden.agent.pods import NodePods
-from mountwarden.agent.probe import DEFAULT_PROBE_TIMEOUT_SECONDS, ServerProbe
+from mountwarden.agent.probe import DEFAULT_PROBE_TIMEOUT_SECONDS, NullProbe, ServerProbe
 from mountwarden.agent.report import RefusedWrite, WriteOutcome, report_body
 from mountwarden.agent.scan import SqliteScanner, UserspaceScanner, scan_node_report
 from mountwarden.agent.wakeup import Wakeup
@@ -57,6 +57,12 @@ class AgentSettings:
     helper_stuck_seconds: float = DEFAULT_HELPER_STUCK_SECONDS
     #: Pod volumes whose per-volume series /metrics serves at most (agent/metrics.py).
     max_volume_series: int = DEFAULT_MAX_VOLUME_SERIES
+    #: Whose mount namespace is scanned: 1 (the host's, through the proc root) or "self" (the agent's own, with
+    #: the kubelet's pods directory propagated into it: no root needed for mountstats).
+    mount_table: int | str = 1
+    #: How servers are asked: "statvfs" of every pod volume (through /proc/1/root: root and CAP_SYS_PTRACE), or
+    #: "null", the RPC NULL call to each server (any uid; no StaleFileHandle).
+    probe: str = "statvfs"
 
 
 class ReportSink(Protocol):
@@ -104,7 +110,9 @@ class Agent:
         self.sqlite_scan = sqlite_scan
         self.userspace_scan = userspace_scan
         self.proc = ProcRoot(settings.proc_root)
-        self.probe = ServerProbe(self.proc, settings.probe_timeout_seconds) if settings.probe_timeout_seconds else None
+        self.probe = (None if not settings.probe_timeout_seconds
+                      else NullProbe(settings.probe_timeout_seconds) if settings.probe == "null"
+                      else ServerProbe(self.proc, settings.probe_timeout_seconds))
         self.tracker = ActivityTracker(self.proc, window_seconds=settings.activity_window_seconds,
                                        process_rounds=settings.process_samples)
         self.failures = FailureWatch(self.proc, node_name=settings.node_name, kernel_log=settings.kernel_log,
@@ -153,6 +161,7 @@ class Agent:
                 sqlite_scan=self.sqlite_scan,
                 userspace_scan=self.userspace_scan,
                 probe=self.probe,
+                mount_table=self.settings.mount_table,
                 tracker=self.tracker,
                 describe_pod=self.describe_pod if self.pods is not None else None,
                 process_rounds=1 if woken else None,
@@ -184,9 +193,10 @@ class Agent:
         least as long as the last step took: a node whose mounts churn never spends more than
         half its time scanning.
         """
-        self._wakeup = Wakeup(self.proc.path / "1" / "mountinfo")
+        mountinfo = self.proc.path / str(self.settings.mount_table) / "mountinfo"
+        self._wakeup = Wakeup(mountinfo)
         if not self._wakeup.follows_mounts:
-            log.warning("cannot follow %s: scanning every %.0f s only", self.proc.path / "1" / "mountinfo",
+            log.warning("cannot follow %s: scanning every %.0f s only", mountinfo,
                         self.settings.interval_seconds)
         try:
             woken = False

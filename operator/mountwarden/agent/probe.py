@@ -19,13 +19,16 @@ lab with nfsd stopped (tests/kernel/test_dead_server.py, tests/kernel/test_serve
 import errno
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
 from mountwarden.adapters.bounded import CallResult, Outcome
 from mountwarden.adapters.procreader import ProcRoot
+from mountwarden.agent.rpcping import Ping, ping
 from mountwarden.core.node.failures import ProbeAnswer
+from mountwarden.core.node.rpcnull import NFS_PORT, Verdict
 
 DEFAULT_PROBE_TIMEOUT_SECONDS = 5.0
 #: What the agent says (log, and each volume's notes) when it may not probe: docs/security.md names it.
@@ -67,12 +70,19 @@ class ProbedMount(Protocol):
     def mount_point(self) -> str: ...
 
 
+#: How each probe is named in the report's notes, findings and the log.
+STATVFS_PROBE = "statvfs() probe"
+NULL_PROBE = "RPC NULL call"
+
+
 @dataclass(frozen=True)
 class ProbeResults:
     #: Superblock -> whether its server answered (None: the probe could not ask).
     responding: Mapping[str, bool | None]
-    #: Mount point -> what its statvfs() got.
+    #: Mount point -> what its probe got.
     answers: Mapping[str, ProbeAnswer]
+    #: Which probe asked (STATVFS_PROBE or NULL_PROBE).
+    asked_by: str = STATVFS_PROBE
 
 
 def _responding(answers: Sequence[ProbeAnswer]) -> bool | None:
@@ -81,6 +91,8 @@ def _responding(answers: Sequence[ProbeAnswer]) -> bool | None:
 
 
 class ServerProbe:
+    name = STATVFS_PROBE
+
     def __init__(self, proc: ProcRoot, timeout: float = DEFAULT_PROBE_TIMEOUT_SECONDS) -> None:
         self.proc = proc
         self.timeout = timeout
@@ -131,3 +143,74 @@ class ServerProbe:
 
     def _path(self, mount_point: str) -> str:
         return str(self.proc.path / "1" / "root") + mount_point
+
+
+class NullProbe:
+    """Each server asked the RPC NULL call (agent/rpcping.py) instead of a statvfs() of its mounts: no right needed.
+
+    For an agent that may not reach the pod volumes (not root: the kubelet's pod directories are 0750). It asks
+    each server once per scan, at the address and port its mounts' client uses (addr= and port=, 2049 when 0; an
+    EFS mount through its TLS tunnel asks the tunnel on 127.0.0.1, so the agent must share the node's network),
+    all servers at once, each within ``timeout``. A socket never waits in the kernel beyond its timeout, so
+    nothing is left stuck and nothing piles up. What it cannot tell: whether the server still knows a mount's
+    directory (StaleFileHandle needs the statvfs() probe), and whether the server would answer the kernel's own
+    connection (another source port, an existing session).
+    """
+
+    name = NULL_PROBE
+    #: Nothing is ever forbidden to it (ServerProbe's counterpart).
+    forbidden: frozenset[str] = frozenset()
+
+    def __init__(self, timeout: float = DEFAULT_PROBE_TIMEOUT_SECONDS,
+                 asker: Callable[..., Ping] = ping) -> None:
+        self.timeout = timeout
+        self._ping = asker
+
+    def probe(self, mounts: Sequence[ProbedMount]) -> ProbeResults:
+        servers: dict[tuple[str, int, int], list[ProbedMount]] = {}
+        unaddressed: list[ProbedMount] = []
+        for mount in mounts:
+            target = rpc_target(getattr(mount, "client_key", None))
+            (servers.setdefault(target, []) if target else unaddressed).append(mount)
+        answered: dict[tuple[str, int, int], bool | None] = {}
+        if servers:
+            with ThreadPoolExecutor(max_workers=min(len(servers), 64), thread_name_prefix="rpc-null") as pool:
+                asked = {target: pool.submit(self._ping, target[0], port=target[1], version=target[2],
+                                             timeout=self.timeout) for target in servers}
+                answered = {target: _server_answered(future.result()) for target, future in asked.items()}
+        responding: dict[str, bool | None] = {}
+        answers: dict[str, ProbeAnswer] = {}
+        for target, on_server in servers.items():
+            verdict = answered[target]
+            if verdict is False:
+                log.warning("%s:%d did not answer an RPC NULL call within %.0f s", target[0], target[1], self.timeout)
+            for mount in on_server:
+                responding[mount.superblock] = verdict
+                answers[mount.mount_point] = (ProbeAnswer.UNKNOWN if verdict is None else
+                                              ProbeAnswer.ANSWERED if verdict else ProbeAnswer.NO_ANSWER)
+        for mount in unaddressed:
+            responding.setdefault(mount.superblock, None)
+            answers[mount.mount_point] = ProbeAnswer.UNKNOWN
+        return ProbeResults(responding, answers, asked_by=NULL_PROBE)
+
+
+def rpc_target(client_key: Sequence[str] | None) -> tuple[str, int, int] | None:
+    """(address, port, NFS version) a mount's NFS client talks to, from its client key (the scan's: version,
+    transport, the resolved addr=, port, TLS policy); None when it is not TCP or its address is unknown."""
+    if not client_key or len(client_key) < 4:
+        return None
+    version, transport, address, port = client_key[:4]
+    if not address or transport not in ("tcp", "tcp6", ""):
+        return None  # the NULL call here speaks TCP only
+    try:
+        return address, int(port) or NFS_PORT, int(version.split(".", 1)[0] or 4)
+    except ValueError:
+        return None
+
+
+def _server_answered(result: Ping) -> bool | None:
+    """Any RPC reply means the server is there; none (timed out, refused, reset) means it does not answer; a
+    listener that is not an NFS server says nothing of the server."""
+    if result.answer is None:
+        return False
+    return None if result.answer.verdict is Verdict.PROGRAM_NOT_SERVED else True

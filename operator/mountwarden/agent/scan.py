@@ -17,7 +17,7 @@ from mountwarden import __version__
 from mountwarden.adapters.procreader import ProcRoot
 from mountwarden.agent.activity import ActivityTracker, VolumeActivity, volume_key
 from mountwarden.agent.failures import FailureWatch
-from mountwarden.agent.probe import PROBE_FORBIDDEN, ServerProbe
+from mountwarden.agent.probe import PROBE_FORBIDDEN, STATVFS_PROBE, NullProbe, ServerProbe
 from mountwarden.agent.userspace import NfsSockets
 from mountwarden.api.nodemountreport import (
     ITEMS_MAX,
@@ -142,13 +142,13 @@ def _activity(recent: VolumeActivity | None) -> tuple[MountActivity | None, Proc
 
 def mounted_volume(volume: NodeVolume, server_responding: bool | None = None,
                    recent: VolumeActivity | None = None, pod: dict[str, str | None] | None = None,
-                   probe_forbidden: bool = False) -> MountedVolume:
+                   probe_forbidden: bool = False, probe_name: str = STATVFS_PROBE) -> MountedVolume:
     """A scanned volume in the report's shape, with its busiest operations only (and its pod, when known)."""
     busiest = list(volume.operations.items())[:MAX_REPORTED_OPERATIONS]
     rates, states = _activity(recent)
     notes = list(volume.notes)
     if server_responding is False:
-        notes.append(f"{volume.server or 'the server'} did not answer a statvfs() probe: processes using this "
+        notes.append(f"{volume.server or 'the server'} did not answer an {probe_name}: processes using this "
                      "volume block until it answers (hard) or get I/O errors (soft).")
     if probe_forbidden:
         notes.append(f"{PROBE_FORBIDDEN}: serverResponding is unknown: the agent may not follow /proc/1/root to "
@@ -189,27 +189,31 @@ def scan_proc_root(
     *,
     kubelet_root: str,
     network_fstypes: Sequence[str],
+    mount_table: int | str = 1,
 ) -> NodeScan:
-    """Read pid 1's mount table and NFS statistics (of one moment) and find the pod volumes in them."""
+    """Read the mount table and NFS statistics (of one moment) of ``mount_table``'s mount namespace, pid 1's (the
+    host's) or "self" (the agent's own, which holds the pod volumes when the kubelet's pods directory is
+    propagated into it), and find the pod volumes in them."""
     inconsistent_before, forbidden_before = proc.counters.inconsistent, proc.counters.forbidden
-    mountinfo, mountstats = proc.mount_tables()
+    mountinfo, mountstats = proc.mount_tables(mount_table)
     if proc.counters.inconsistent > inconsistent_before:
         log.warning("%s and mountstats changed between every two reads: mounts come and go fast; taking the last",
-                    proc.path / "1" / "mountinfo")
+                    proc.path / str(mount_table) / "mountinfo")
     if not mountinfo.mounts:
         # Never report "no volumes" for a proc root we could not read: that would erase the node's report.
         raise ScanError(
-            f"{proc.path / '1' / 'mountinfo'} is missing, unreadable or empty: is the host's /proc "
+            f"{proc.path / str(mount_table) / 'mountinfo'} is missing, unreadable or empty: is the host's /proc "
             "mounted at --proc-root (and readable)?"
         )
     if not mountstats.devices and proc.counters.forbidden > forbidden_before:
         log.warning("%s: %s may not be read: it is root's, mode 0400, and the agent runs as uid %d: options are read "
-                    "from mountinfo (the kernel's defaults left out), with no NFS statistics; run the agent as uid 0 "
-                    "(the chart does, with no capability)", MOUNTSTATS_FORBIDDEN, proc.path / "1" / "mountstats",
-                    os.geteuid())
+                    "from mountinfo (the kernel's defaults left out), with no NFS statistics; run the agent as uid 0, "
+                    "or read its own mount table (--mount-table own, with the kubelet's pods directory propagated "
+                    "in: the chart's agent.root=false)", MOUNTSTATS_FORBIDDEN,
+                    proc.path / str(mount_table) / "mountstats", os.geteuid())
     elif not mountstats.devices:
         log.warning("%s has no devices: options are read from mountinfo, without RPC statistics",
-                    proc.path / "1" / "mountstats")
+                    proc.path / str(mount_table) / "mountstats")
     return scan_node(
         mountinfo,
         mountstats,
@@ -226,7 +230,8 @@ def scan_node_report(
     network_fstypes: Sequence[str],
     sqlite_scan: SqliteScanner | None = None,
     userspace_scan: UserspaceScanner | None = None,
-    probe: ServerProbe | None = None,
+    probe: ServerProbe | NullProbe | None = None,
+    mount_table: int | str = 1,
     tracker: ActivityTracker | None = None,
     describe_pod: PodDescriber | None = None,
     process_rounds: int | None = None,
@@ -242,12 +247,12 @@ def scan_node_report(
     ``failures`` judges how the node's mounts broke (the report's ``failures``).
     """
     started = time.perf_counter()
-    scan = scan_proc_root(proc, kubelet_root=kubelet_root, network_fstypes=network_fstypes)
+    scan = scan_proc_root(proc, kubelet_root=kubelet_root, network_fstypes=network_fstypes, mount_table=mount_table)
     probed = probe.probe([m for m in scan.network_mounts if m.kubelet is not None]) if probe else None
     responding = probed.responding if probed else {}
     for superblock, answered in responding.items():
         if answered is False:
-            log.warning("the server of superblock %s did not answer a statvfs() probe in %.0f s", superblock,
+            log.warning("the server of superblock %s did not answer an %s in %.0f s", superblock, probe.name,
                         probe.timeout)
     recent = tracker.observe(scan, rounds=process_rounds) if tracker is not None else {}
     found = failures.judge(scan, probed, probe.timeout if probe else None, recent, _pod_namer(describe_pod), now) \
@@ -268,7 +273,8 @@ def scan_node_report(
         volumes=[mounted_volume(volume, responding.get(volume.superblock), recent.get(volume_key(volume)),
                                 describe_pod(volume.pod_uid, volume.volume_name)
                                 if describe_pod and volume.pod_uid else None,
-                                probe_forbidden=probe is not None and volume.superblock in probe.forbidden)
+                                probe_forbidden=probe is not None and volume.superblock in probe.forbidden,
+                                probe_name=probe.name if probe is not None else STATVFS_PROBE)
                  for volume in scan.volumes],
         sqlite=sqlite,
         userspace_clients=userspace,

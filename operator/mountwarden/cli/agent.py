@@ -1,6 +1,7 @@
 """Subcommands: agent (the node agent) and audit (the same scan and the profile check on one machine)."""
 
 import logging
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -38,6 +39,18 @@ NetworkFstypesOption = Annotated[
 DEFAULT_FSTYPES_TEXT = ",".join(DEFAULT_NETWORK_FSTYPES)
 
 
+class MountTable(StrEnum):
+    """Whose mount namespace the agent scans."""
+
+    HOST = "host"  # <proc-root>/1: the host's, whose mountstats only root may read
+    OWN = "own"  # <proc-root>/self: the agent's, with the kubelet's pods directory propagated in
+
+
+class ProbeKind(StrEnum):
+    STATVFS = "statvfs"
+    NULL = "null"
+
+
 def _fstypes(text: str) -> tuple[str, ...]:
     fstypes = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
     if not fstypes:
@@ -69,6 +82,18 @@ def agent_command(
         "--probe-timeout", min=0, metavar="SECONDS",
         help="How long each scan waits for every NFS server to answer one statvfs() of its superblock; a server "
              "that does not is reported (serverResponding: false). 0 probes nothing.")] = 5.0,
+    probe: Annotated[ProbeKind, typer.Option(
+        "--probe",
+        help="How servers are asked: 'statvfs', one statvfs() of every pod volume through <proc-root>/1/root "
+             "(uid 0 and CAP_SYS_PTRACE; also finds StaleFileHandle), or 'null', the RPC NULL call to each "
+             "server at its mounts' addr= and port= (any uid; the node's network, for EFS's TLS tunnels on "
+             "127.0.0.1; no StaleFileHandle).")] = ProbeKind.STATVFS,
+    mount_table: Annotated[MountTable, typer.Option(
+        "--mount-table",
+        help="Whose mount table and NFS statistics to read: 'host' (<proc-root>/1, whose mountstats only uid 0 "
+             "may read) or 'own' (<proc-root>/self: the agent's own mount namespace, which holds the pod volumes "
+             "when the kubelet's pods directory is mounted into it at the same path with HostToContainer "
+             "propagation; readable by any uid).")] = MountTable.HOST,
     process_samples: Annotated[int, typer.Option(
         "--process-samples", min=0, max=100, metavar="N",
         help="Rounds of samples, 0.2 s apart, of the state of every process of a pod with an NFS volume, per scan "
@@ -159,11 +184,14 @@ def agent_command(
     get on nodes and get, create and update on nodemountreports.mountwarden.io; with
     --name-pods (the default), also list and watch on pods (it watches its own node's pods
     only, to name each volume's pod, controller and claim) and get on persistentvolumeclaims.
-    Privileges, by feature (docs/security.md): the mount table, NFS statistics
-    and /proc/locks need none; the statvfs() probe (--probe-timeout) reaches
-    each mount through /proc/1/root, which needs CAP_SYS_PTRACE; the SQLite
-    scan (--sqlite-scan) reads other processes' open files and memory maps,
-    which needs CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH.
+    Privileges, by feature (docs/security.md): the host's mount table and
+    /proc/locks need none, its NFS statistics uid 0; the statvfs() probe
+    (--probe statvfs) reaches each mount through /proc/1/root, which needs
+    CAP_SYS_PTRACE; the SQLite scan (--sqlite-scan) reads other processes'
+    open files and memory maps, which needs CAP_SYS_PTRACE and
+    CAP_DAC_READ_SEARCH. Without root: --mount-table own with the kubelet's
+    pods directory propagated in, and --probe null (the chart's
+    agent.root=false).
     """
     from kubernetes.config import ConfigException
 
@@ -200,6 +228,8 @@ def agent_command(
         kernel_log=kernel_log or None,
         helper_stuck_seconds=helper_stuck_after,
         max_volume_series=max_volume_series,
+        mount_table=1 if mount_table is MountTable.HOST else "self",
+        probe=probe.value,
     )
     sink: ReportSink
     client = None

@@ -184,6 +184,8 @@ class NodeFacts:
     #: Each pod volume's probe, by mount point (empty without probes).
     answers: Mapping[str, ProbeAnswer] = field(default_factory=dict)
     probe_timeout: float | None = None
+    #: What asked the servers: "statvfs() probe" of each pod volume, or "RPC NULL call" of each server.
+    probe_name: str = "statvfs() probe"
     #: The kernel log's servers; None when the agent cannot read the log.
     kernel_log: Mapping[str, ServerLog] | None = None
     #: Major timeouts counted in mountstats over the agent's window, by mount point: (count, seconds).
@@ -306,7 +308,7 @@ def servers_not_responding(facts: NodeFacts, name: PodNamer = _named) -> list[No
             continue
         evidence_text = []
         if ProbeAnswer.NO_ANSWER in answers:
-            evidence_text.append(f"the agent's statvfs() probe got no answer within {facts.probe_timeout or 0:.0f} s")
+            evidence_text.append(f"the agent's {facts.probe_name} got no answer within {facts.probe_timeout or 0:.0f} s")
         if ProbeAnswer.FAILED in answers:
             evidence_text.append("a soft mount's statvfs() probe failed with EIO (the client gave up on it)")
         if log and log.says_down and log.not_responding_since and log.last_word:

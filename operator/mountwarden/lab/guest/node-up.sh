@@ -43,6 +43,10 @@ for dir in /var/lib/containerd /var/lib/kubelet /run/containerd /var/log/pods /v
 done
 mount -t tmpfs -o mode=0711 tmpfs /var/lib/containerd
 mount -t tmpfs -o mode=0750 tmpfs /var/lib/kubelet
+# Shared, as systemd makes every mount at boot (mount_namespaces(7)) on the nodes users run: a container's
+# HostToContainer mount (the chart's agent.root=false) needs its source on a shared or slave mount, and
+# containerd refuses to create it otherwise.
+mount --make-rshared /var/lib/kubelet
 # The kubelet's cgroupfs driver needs the controllers handed down from the root.
 for controller in cpuset cpu io memory pids hugetlb; do
   echo "+$controller" > /sys/fs/cgroup/cgroup.subtree_control 2>/dev/null || say "no $controller controller"
