@@ -325,6 +325,7 @@ def test_an_agent_that_is_not_root_reports_counters_and_answers_and_can_write_an
         reach = json.loads(real_node.vm.run(
             ["nsenter", "-t", pid, "-m", "-p", "-S", str(UID), "-G", str(UID), "/usr/bin/python3", "-c", REACH,
              *secrets], timeout=120).stdout)
+        print(json.dumps({"writes": reach["writes"], "reads": reach["reads"]}, indent=1))
         assert any(f"/pods/{uid}/volumes/kubernetes.io~nfs/" in point for point in reach["points"]), reach["points"]
         assert len(reach["writes"]) > 4 and all(answer != "done" for answer in reach["writes"].values()), reach
         assert all(answer == "Permission denied" for answer in reach["reads"].values()), reach["reads"]

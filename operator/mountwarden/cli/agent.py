@@ -80,8 +80,9 @@ def agent_command(
         help="Outside a cluster: the kubeconfig to use (in a pod, the service account is).")] = None,
     probe_timeout: Annotated[float, typer.Option(
         "--probe-timeout", min=0, metavar="SECONDS",
-        help="How long each scan waits for every NFS server to answer one statvfs() of its superblock; a server "
-             "that does not is reported (serverResponding: false). 0 probes nothing.")] = 5.0,
+        help="How long each scan waits for every NFS server to answer the --probe (a statvfs() of its mounts, or "
+             "the RPC NULL call); a server that does not is reported (serverResponding: false). 0 probes nothing.")
+    ] = 5.0,
     probe: Annotated[ProbeKind, typer.Option(
         "--probe",
         help="How servers are asked: 'statvfs', one statvfs() of every pod volume through <proc-root>/1/root "
