@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 
 from mountwarden.adapters.procreader import ProcRoot
 from mountwarden.agent.activity import VolumeActivity, stat_command, stat_fields, volume_key
-from mountwarden.agent.probe import ProbeResults
+from mountwarden.agent.probe import STATVFS_PROBE, ProbeResults
 from mountwarden.core.node.failures import (
     DEFAULT_HELPER_STUCK_SECONDS,
     HELPER_COMMANDS,
@@ -161,7 +161,7 @@ class FailureWatch:
                 stuck[volume.mount_point] = found.stuck
         facts = NodeFacts(
             volumes=scan.volumes, answers=dict(probed.answers) if probed else {}, probe_timeout=probe_timeout,
-            probe_name=probed.asked_by if probed else "statvfs() probe",
+            probe_name=probed.asked_by if probed else STATVFS_PROBE,
             kernel_log=self.kernel_log.servers() if self.kernel_log else None, major_timeouts=timeouts,
             helpers=mount_helpers(self.proc, now), listeners=self.proc.listeners(), stuck=stuck,
             helper_stuck_seconds=self.helper_stuck_seconds, node=self.node_name)

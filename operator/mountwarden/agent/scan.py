@@ -148,7 +148,7 @@ def mounted_volume(volume: NodeVolume, server_responding: bool | None = None,
     rates, states = _activity(recent)
     notes = list(volume.notes)
     if server_responding is False:
-        notes.append(f"{volume.server or 'the server'} did not answer an {probe_name}: processes using this "
+        notes.append(f"{volume.server or 'the server'} did not answer the agent's {probe_name}: processes using this "
                      "volume block until it answers (hard) or get I/O errors (soft).")
     if probe_forbidden:
         notes.append(f"{PROBE_FORBIDDEN}: serverResponding is unknown: the agent may not follow /proc/1/root to "
@@ -252,7 +252,7 @@ def scan_node_report(
     responding = probed.responding if probed else {}
     for superblock, answered in responding.items():
         if answered is False:
-            log.warning("the server of superblock %s did not answer an %s in %.0f s", superblock, probe.name,
+            log.warning("the server of superblock %s did not answer the %s in %.0f s", superblock, probe.name,
                         probe.timeout)
     recent = tracker.observe(scan, rounds=process_rounds) if tracker is not None else {}
     found = failures.judge(scan, probed, probe.timeout if probe else None, recent, _pod_namer(describe_pod), now) \
