@@ -155,8 +155,10 @@ class Scenario:
         })
 
     def bare_pod(self, name: str, claim: str, node: str) -> None:
-        """A pod of ``claim`` on ``node``, created once the claim is bound: the scheduler parks a pod whose claim
-        is not bound yet as unschedulable, and may retry it only minutes later (a fresh run once waited 60 s)."""
+        """A pod of ``claim`` on ``node``, created once the claim is bound. A fresh run once waited 60 s for such a
+        pod's mount, created right after its claim; the likeliest cause (not reproduced) is the scheduler, which
+        parks a pod whose claim is not bound yet as unschedulable and retries it on an event or after a back-off.
+        Waiting for the binding takes that race away, and a wait that times out now says where the pod was."""
         wait_for(lambda: self.kube.core.read_namespaced_persistent_volume_claim(claim, self.namespace).status.phase
                  == "Bound", what=f"claim {claim} bound")
         self.kube.core.create_namespaced_pod(self.namespace, {"metadata": {"name": name},
