@@ -15,7 +15,7 @@ from tests.support import close_after_directory, vm_directory
 
 from mountwarden.lab.experiments import LIVE_SHARING_CASES, Lab, Measured, measure_deterministic
 from mountwarden.lab.image import LabBuildError, LabImage, build_image, find_image
-from mountwarden.lab.vm import LabError, LabVM
+from mountwarden.lab.vm import GUEST_DIR, LabError, LabVM
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -71,3 +71,20 @@ def measured(lab: Lab) -> Measured:
     the release, the server, LIVE_SHARING_CASES of the sharing table (make kernel-facts measures all of it),
     nconnect, rsize/wsize, each preset's printed options, locks and delegations, with the raw second reading."""
     return measure_deterministic(lab, sharing_cases=LIVE_SHARING_CASES)
+
+
+def start_tunnel(vm: LabVM, port: int) -> int:
+    """lab/guest/tunnel.py on 127.0.0.1:``port`` to the VM's NFS server, as efs-utils' TLS tunnel is to the client;
+    its pid, once it listens."""
+    log = f"/tmp/tunnel-{port}.log"
+    pid = int(vm.run(f"python3 {GUEST_DIR}/tunnel.py {port} 127.0.0.1 2049 > {log} 2>&1 & echo $!").stdout)
+    deadline = time.monotonic() + 60
+    while "listening" not in vm.run(f"cat {log}", check=False).stdout:
+        assert time.monotonic() < deadline, vm.run(f"cat {log}", check=False).stdout
+        time.sleep(0.5)
+    return pid
+
+
+def tunnel_listening(vm: LabVM, port: int) -> bool:
+    """Whether anything listens on ``port`` in the VM's network namespace (LISTEN is state 0A)."""
+    return vm.run(f"grep -qi ':{port:04X} 00000000:0000 0A' /proc/net/tcp", check=False).ok

@@ -22,9 +22,10 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from tests.kernel.conftest import start_tunnel, tunnel_listening
 
 from mountwarden.lab.experiments import EFS_LIKE, EXPORT, Lab
-from mountwarden.lab.vm import GUEST_DIR, GuestResult
+from mountwarden.lab.vm import GuestResult
 
 POD_UID = "0a1b0000-7a11-4000-8000-0000000000f1"
 TUNNEL_PORT = 20049
@@ -59,21 +60,6 @@ def volume_of(result: GuestResult, mount_point: str) -> dict:
     return next(v for v in result.json()["spec"]["volumes"] if v["mountPoint"] == mount_point)
 
 
-def start_tunnel(lab: Lab) -> int:
-    log = "/tmp/tunnel.log"
-    lab.vm.run(f"python3 {GUEST_DIR}/tunnel.py {TUNNEL_PORT} 127.0.0.1 2049 > {log} 2>&1 & echo $! > /tmp/tunnel.pid")
-    deadline = time.monotonic() + 60
-    while "listening" not in lab.vm.run(f"cat {log}", check=False).stdout:
-        assert time.monotonic() < deadline, lab.vm.run(f"cat {log}", check=False).stdout
-        time.sleep(0.5)
-    return int(lab.vm.run("cat /tmp/tunnel.pid").stdout)
-
-
-def listening(lab: Lab) -> bool:
-    """Whether anything listens on the tunnel's port in the VM's network namespace (LISTEN is state 0A)."""
-    return lab.vm.run(f"grep -qi ':{TUNNEL_PORT:04X} 00000000:0000 0A' /proc/net/tcp", check=False).ok
-
-
 @pytest.fixture(scope="module")
 def broken(lab: Lab) -> Iterator[dict]:
     """Both volumes healthy, scanned; both broken, the kernel asked and the agent scanning; both mended."""
@@ -82,7 +68,7 @@ def broken(lab: Lab) -> Iterator[dict]:
     vm.run(f"mkdir -p {directory} && echo before > {directory}/file")
     stale = lab.mount(EFS_LIKE, client, export=directory, at=pod_volume("stale"))
     tunneled = pod_volume("efs")
-    pid = start_tunnel(lab)
+    pid = start_tunnel(vm, TUNNEL_PORT)
     # As efs-utils mounts: the local tunnel's address and port, in the node's (here the VM's) network namespace.
     vm.run(f"mkdir -p {tunneled} && mount -t nfs -o {HARD_QUICK},port={TUNNEL_PORT} 127.0.0.1:{EXPORT} "
            f"{shlex.quote(tunneled)}")
@@ -109,7 +95,7 @@ def broken(lab: Lab) -> Iterator[dict]:
         # Mended: the pod "restarted" (its volume mounted again), the tunnel back.
         vm.run(f"umount {stale}")
         lab.mount(EFS_LIKE, client, export=directory, at=stale)
-        start_tunnel(lab)
+        start_tunnel(vm, TUNNEL_PORT)
         deadline = time.monotonic() + 300
         while True:  # the NFS client reconnects through the tunnel on its own schedule
             mended = scan(lab)
@@ -120,8 +106,8 @@ def broken(lab: Lab) -> Iterator[dict]:
                "fresh": fresh, "hangs": hangs, "found": found, "mended": mended,
                "resumed": vm.run(f"timeout 60 stat -f {tunneled}", check=False)}
     finally:
-        if not listening(lab):
-            start_tunnel(lab)  # back, so that nothing of this module stays stuck for the next ones
+        if not tunnel_listening(vm, TUNNEL_PORT):
+            start_tunnel(vm, TUNNEL_PORT)  # back, so that nothing of this module stays stuck for the next ones
         vm.run(f"umount -l {stale} {again} {tunneled}", check=False)
 
 

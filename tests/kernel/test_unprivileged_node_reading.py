@@ -17,15 +17,16 @@ Then, as uid 65534 with no capability:
 
 import json
 import shlex
-import time
 from collections.abc import Iterator
 
 import pytest
+from tests.kernel.conftest import start_tunnel, tunnel_listening
+from tests.support import wait_for
 
 from mountwarden.core.procfs.mountinfo import parse_mountinfo
 from mountwarden.core.procfs.mountstats import parse_mountstats
 from mountwarden.lab.experiments import EFS_LIKE, Lab
-from mountwarden.lab.vm import GUEST_DIR, GUEST_PYTHON_ENV, GuestResult
+from mountwarden.lab.vm import GUEST_PYTHON_ENV, GuestResult
 
 KUBELET = "/var/lib/kubelet-unprivileged"
 POD_UID = "0a1b0000-7a11-4000-8000-0000000000c1"
@@ -50,16 +51,6 @@ class Node:
                              f"{' '.join(args)}", env=GUEST_PYTHON_ENV, check=False, timeout=60)
         assert result.rc in (0, 1), result.stderr
         return json.loads(result.stdout)
-
-
-def start_tunnel(vm) -> int:
-    log = f"/tmp/tunnel-{TUNNEL_PORT}.log"
-    pid = int(vm.run(f"python3 {GUEST_DIR}/tunnel.py {TUNNEL_PORT} 127.0.0.1 2049 > {log} 2>&1 & echo $!").stdout)
-    deadline = time.monotonic() + 60
-    while "listening" not in vm.run(f"cat {log}", check=False).stdout:
-        assert time.monotonic() < deadline, vm.run(f"cat {log}", check=False).stdout
-        time.sleep(0.5)
-    return pid
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +110,7 @@ def test_an_unprivileged_null_call_gets_the_servers_answer_in_the_clients_networ
 
 def test_a_null_call_through_a_tunnel_is_answered_timed_out_when_it_forwards_nothing_refused_when_gone(node):
     vm = node.vm
-    pid = start_tunnel(vm)
+    pid = start_tunnel(vm, TUNNEL_PORT)
     try:
         up = node.ping("127.0.0.1", "--port", str(TUNNEL_PORT))
         assert up["answered"] is True, up
@@ -128,8 +119,7 @@ def test_a_null_call_through_a_tunnel_is_answered_timed_out_when_it_forwards_not
         assert (held["answered"], held["verdict"], held["error"]) == (False, None, "timed out"), held
         assert held["seconds"] >= 2, held
         vm.run(f"kill -KILL {pid}")
-        vm.run(f"while grep -qi ':{TUNNEL_PORT:04X} 00000000:0000 0A' /proc/net/tcp; do sleep 0.2; done",
-               timeout=30)  # the listener gone with its process
+        wait_for(lambda: not tunnel_listening(vm, TUNNEL_PORT), timeout=30, what="the listener gone with its process")
         gone = node.ping("127.0.0.1", "--port", str(TUNNEL_PORT))
         assert gone["answered"] is False and "refused" in gone["error"], gone
     finally:

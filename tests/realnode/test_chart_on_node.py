@@ -40,14 +40,20 @@ def capabilities(*names: str) -> int:
     return sum(1 << CAPABILITY_BITS[name] for name in names)
 
 
+def mountwarden_pid(real_node, pod) -> str:
+    """The pid, in the VM, of the pod's mountwarden process (the one in the pod's cgroup)."""
+    uid = pod.metadata.uid
+    found = real_node.vm.run("for p in $(pgrep -f '/usr/local/bin/mountwarden'); do "
+                             f"grep -qE 'pod{uid}|pod{uid.replace('-', '_')}' /proc/$p/cgroup 2>/dev/null "
+                             "&& echo $p && break; done", timeout=60).stdout.split()
+    assert found, f"no mountwarden process of pod {pod.metadata.name} on {NODE_NAME}"
+    return found[0]
+
+
 def process_status(real_node, pod) -> dict[str, str]:
     """/proc/<pid>/status of the pod's mountwarden process, as the VM's kernel has it."""
-    uid = pod.metadata.uid
-    script = ("for p in $(pgrep -f '/usr/local/bin/mountwarden'); do "
-              f"grep -qE 'pod{uid}|pod{uid.replace('-', '_')}' /proc/$p/cgroup 2>/dev/null && cat /proc/$p/status "
-              "&& grep -E ' / / ' /proc/$p/mountinfo && break; done")
-    text = real_node.vm.run(script, timeout=60).stdout
-    assert text, f"no mountwarden process of pod {pod.metadata.name} on {NODE_NAME}"
+    pid = mountwarden_pid(real_node, pod)
+    text = real_node.vm.run(f"cat /proc/{pid}/status && grep -E ' / / ' /proc/{pid}/mountinfo", timeout=60).stdout
     fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line and "\t" in line)
     fields = {name: value.strip() for name, value in fields.items()}
     fields["root"] = next(line for line in text.splitlines() if " / / " in line)
@@ -317,10 +323,7 @@ def test_an_agent_that_is_not_root_reports_counters_and_answers_and_can_write_an
         assert sum(operation["ops"] for operation in volume["operations"].values()) > 0
         assert volume["serverResponding"] is True
         # What its process can reach, under the runtime's own namespaces and identity.
-        pid = real_node.vm.run(
-            "for p in $(pgrep -f '/usr/local/bin/mountwarden'); do "
-            f"grep -qE 'pod{agent.metadata.uid.replace('-', '_')}|pod{agent.metadata.uid}' /proc/$p/cgroup "
-            "2>/dev/null && echo $p && break; done", timeout=60).stdout.split()[0]
+        pid = mountwarden_pid(real_node, agent)
         secrets = host_secrets(real_node)
         reach = json.loads(real_node.vm.run(
             ["nsenter", "-t", pid, "-m", "-p", "-S", str(UID), "-G", str(UID), "/usr/bin/python3", "-c", REACH,
