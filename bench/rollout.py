@@ -136,8 +136,10 @@ def counting_operator(counts_path: str, argv: list[str]) -> None:
         signal.signal(signal.SIGUSR2, start_profiles)
 
     def dump(*_) -> None:
-        with lock:
-            Path(counts_path).write_text(json.dumps(dict(counts)))
+        with lock:  # written whole, then renamed: the bench may read it at any moment
+            partial = Path(f"{counts_path}.partial")
+            partial.write_text(json.dumps(dict(counts)))
+            partial.replace(counts_path)
         if profile is not None:
             profile.write(Path(profile_path))
         if cpu.get("profiler") is not None:
@@ -181,7 +183,6 @@ class Operator:
             if time.monotonic() > deadline or self.process.poll() is not None:
                 raise RuntimeError(f"the operator did not report its requests; see {self.log.name}")
             time.sleep(0.05)
-        time.sleep(0.05)  # written in one call, but let it finish
         return Counter(json.loads(self.counts_path.read_text()))
 
     def stop(self) -> None:
