@@ -42,6 +42,7 @@ from mountwarden.core.inventory import ClusterFacts, Inventory, take_inventory
 from mountwarden.core.networkstorage import NetworkVolume
 from mountwarden.core.node.report import of_own_pods
 from mountwarden.handlers import findings, metrics
+from mountwarden.handlers.collector import during_burst
 from mountwarden.handlers.config import OperatorConfig
 from mountwarden.handlers.context import OperatorContext
 from mountwarden.handlers.errors import backoff
@@ -107,8 +108,17 @@ def facts_of(memo: OperatorContext, kopf_indexes: Mapping[str, dict]) -> Cluster
 def take_and_publish(memo: OperatorContext, state: InventoryLoop, kopf_indexes: Mapping[str, dict],
                      writer: NetworkFileSystems) -> Inventory:
     """One pass: take the inventory, write the NetworkFileSystem objects, hand the baseline's findings out."""
-    config = memo.config
     now = datetime.now(UTC)
+    inventory = _take_and_hand_out(memo, kopf_indexes, now)
+    _write(inventory, state, writer, now)
+    with state.lock:
+        state.last = inventory
+    return inventory
+
+
+@during_burst  # an object or more per pod volume, every pass (mountwarden.handlers.collector); nothing here blocks
+def _take_and_hand_out(memo: OperatorContext, kopf_indexes: Mapping[str, dict], now: datetime) -> Inventory:
+    config = memo.config
     inventory = take_inventory(facts_of(memo, kopf_indexes), now=now,
                                stale_after=timedelta(seconds=config.report_stale_after), baseline=config.baseline)
     baseline = inventory.baseline_findings
@@ -118,9 +128,6 @@ def take_and_publish(memo: OperatorContext, state: InventoryLoop, kopf_indexes: 
             findings.post_once(memo.posted_findings, finding)
     findings.publish(memo, BASELINE_POLICY, BASELINE_SOURCE, baseline)
     metrics.record_inventory(inventory)
-    _write(inventory, state, writer, now)
-    with state.lock:
-        state.last = inventory
     return inventory
 
 

@@ -23,6 +23,7 @@ from mountwarden.core.node.report import NodeReport, of_own_pods
 from mountwarden.core.policyreport import compliance_findings
 from mountwarden.core.serverload import mount_loads, server_load
 from mountwarden.handlers import findings, metrics
+from mountwarden.handlers.collector import during_burst
 from mountwarden.handlers.config import OperatorConfig
 from mountwarden.handlers.context import OperatorContext
 from mountwarden.handlers.errors import retry_transient
@@ -61,6 +62,7 @@ def _reports(reports_by_node: kopf.Index, nodes: Iterable[str | None], pods: Pod
 
 @with_cluster_indexes
 @retry_transient
+@during_burst  # a Consumer and a Verdict per pod volume, every interval (mountwarden.handlers.collector)
 def assess_compliance(
     name: str, status: kopf.Status, meta: kopf.Meta, patch: kopf.Patch, memo: OperatorContext,
     contracts: kopf.Index, reports_by_node: kopf.Index, claims_by_volume: kopf.Index, classes_by_profile: kopf.Index,
