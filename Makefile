@@ -84,11 +84,13 @@ TEST_ENV = MOUNTWARDEN_TESTBIN_DIR=$$(hack/testbin/build.sh) MOUNTWARDEN_LAB_DIR
 endif
 # Two lanes (conftest.py): the emulated VMs' tests in one, every other module beside them in the other.
 TEST_LANES ?= -n 2
+# Every run ends with its twenty slowest tests and their time: where the suite's time goes (issue 29).
+TEST_REPORT ?= --durations=20
 test: $(TEST_NEEDS) ## Lint and run the whole suite: a real control plane (local, or KUBECONFIG's: see README), a real kernel in QEMU
-	$(TEST_ENV) $(BIN)/python -m pytest $(TEST_LANES) $(PYTEST_ARGS)
+	$(TEST_ENV) $(BIN)/python -m pytest $(TEST_LANES) $(TEST_REPORT) $(PYTEST_ARGS)
 
-unit: venv ## Only the fast unit tests (no control plane)
-	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+unit: venv ## Only the fast unit tests (no control plane), in two processes
+	$(BIN)/python -m pytest tests/unit -n 2 $(PYTEST_ARGS)
 
 run: venv testbin node image ## Start a local control plane, the real node with the chart installed on it, and the demo; Ctrl-C stops everything
 	MOUNTWARDEN_TESTBIN_DIR=$$(hack/testbin/build.sh) MOUNTWARDEN_NODE_IMAGE_DIR=$$(hack/lab/build.sh node) \
