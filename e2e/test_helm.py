@@ -11,6 +11,7 @@ import json
 import signal
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,7 @@ from tests.procroot import Mount, assemble_proc_root, pod_uid
 from tests.support import free_port, profile_body, wait_for
 
 from mountwarden.adapters.webhookconfig import render_enforcement
-from mountwarden.cli.operator import derived_priority
+from mountwarden.cli.operator import TIE_BREAK_RANGE
 from mountwarden.core.admission import NODE_NAME_EXTRA, ProfileEntry
 from mountwarden.devcluster.cluster import kwok_node
 
@@ -354,15 +355,16 @@ def test_one_replica_answers_and_the_standby_takes_over(cluster, release, operat
                                  restart_stood_down=True)
         operators.append(runs[name])
 
-    # Each replica derives its own priority from its pod name; the highest is active and labels its pod.
-    expected = max(replicas, key=derived_priority)
+    # Each replica derives its own priority from its start (the earlier the higher), ties broken by its pod name;
+    # the highest is active and labels its pod. The two start together: which reads the clock first is theirs to say.
+    peers = wait_for(lambda: (s := kubectl_json(cluster, "get", f"clusterkopfpeering.kopf.dev/{RELEASE}").get("status")
+                              or {}) and all(s.get(name) for name in replicas) and s, what="both replicas' peering entries")
+    assert {name: peers[name]["priority"] % TIE_BREAK_RANGE for name in replicas} == {
+        name: zlib.crc32(name.encode()) % TIE_BREAK_RANGE for name in replicas}
+    expected = max(replicas, key=lambda name: peers[name]["priority"])
     standby = next(name for name in replicas if name != expected)
     assert wait_for(lambda: active_pods(cluster) == [expected] and active_pods(cluster), timeout=120,
                     what=f"{expected} alone labelled {ACTIVE}")
-    # The standby writes its own entry from its own process, maybe after the active one is labelled.
-    peers = wait_for(lambda: (s := kubectl_json(cluster, "get", f"clusterkopfpeering.kopf.dev/{RELEASE}").get("status")
-                              or {}) and all(s.get(name) for name in replicas) and s, what="both replicas' peering entries")
-    assert {name: peers[name]["priority"] for name in replicas} == {name: derived_priority(name) for name in replicas}
     ip = kubectl_json(cluster, "get", "pod", expected, "-n", NS)["status"]["podIP"]
     wait_for(lambda: [a for s in kubectl_json(cluster, "get", "endpointslices", "-n", NS, "-l",
                                               f"kubernetes.io/service-name={RELEASE}-webhook")["items"]

@@ -14,6 +14,7 @@ import pytest
 from tests.procroot import Mount, assemble_proc_root, pod_uid
 from tests.support import GROUP, VERSION, wait_for
 
+from mountwarden.agent.pods import NodePods
 from mountwarden.agent.report import ReportWriter, WriteOutcome
 from mountwarden.api.nodemountreport import NodeMountReportSpec
 
@@ -191,3 +192,30 @@ def test_writer_rereads_on_conflict_and_recreates_a_deleted_report(cluster, kube
     delete_report(kube, node)
     assert writer.sync(spec_for(node, options=["vers=4.1"])) is WriteOutcome.CREATED
     assert read_report(kube, node)["spec"]["volumes"][0]["effectiveOptions"] == ["vers=4.1"]
+
+
+def test_the_node_pods_follower_resumes_from_bookmarks_and_never_lists_again(cluster, kube, namespace):
+    """The API server sends a bookmark 2 s before each watch request's end (apiserver's cacher,
+    cache_watcher.go nextBookmarkTime): the agent resumes from it, where it once relisted on every one."""
+    node = cluster.node_names[0]
+    # The cacher sends bookmarks once it has seen a pod event (cacher.go: none at resource version 0).
+    running_pods(kube, namespace, node, ["before"])
+    changed: list[str] = []
+    follower = NodePods(kube.client, node, on_change=changed.append, watch_seconds=5)
+    follower.start()
+    try:
+        wait_for(follower.synced.is_set, timeout=60, what="the first listing of the node's pods")
+        # A bookmark comes when the version moved past what the watch saw (the pod above: once at least).
+        wait_for(lambda: follower.watches_ended >= 2 and follower.bookmarks >= 1, timeout=60,
+                 what=lambda: f"two watch requests ended, a bookmark among them (ended {follower.watches_ended}, "
+                              f"bookmarks {follower.bookmarks}, lists {follower.lists})")
+        created = kube.core.create_namespaced_pod(namespace, {
+            "metadata": {"name": "writer"},
+            "spec": {"nodeName": node, "containers": [{"name": "app", "image": "registry.invalid/app:1"}],
+                     "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]},
+        })
+        pod = wait_for(lambda: follower.get(created.metadata.uid), timeout=30, what="the new pod, through the watch")
+        assert pod.claims == {"data": "data"} and created.metadata.uid in changed
+        assert follower.lists == 1
+    finally:
+        follower.stop()

@@ -62,9 +62,16 @@ def mounts_volumes(pod) -> bool:
 class NodePods:
     """This node's pods that mount volumes, kept current by a watch; ``describe`` answers from memory."""
 
-    def __init__(self, api_client: ApiClient, node_name: str, on_change: Callable[[str], None]) -> None:
+    def __init__(self, api_client: ApiClient, node_name: str, on_change: Callable[[str], None], *,
+                 watch_seconds: int = WATCH_SECONDS) -> None:
         self.node_name = node_name
         self.on_change = on_change
+        self.watch_seconds = watch_seconds
+        #: Lists taken (one at the start, one after each failed watch) and watch requests ended in order: a
+        #: healthy follower lists once however long it runs.
+        self.lists = 0
+        self.watches_ended = 0
+        self.bookmarks = 0
         self._core = kubernetes.client.CoreV1Api(api_client)
         self._pods: dict[str, NodePod] = {}
         #: (namespace, claim) -> the PV it is bound to.
@@ -119,6 +126,7 @@ class NodePods:
         while not self._stop.is_set():
             try:
                 listed = self._core.list_pod_for_all_namespaces(field_selector=selector)
+                self.lists += 1
                 self._replace({pod.metadata.uid: NodePod.from_object(pod) for pod in listed.items
                                if mounts_volumes(pod)})
                 self.synced.set()
@@ -134,18 +142,23 @@ class NodePods:
         while not self._stop.is_set():
             self._watch = kubernetes.watch.Watch()
             for event in self._watch.stream(self._core.list_pod_for_all_namespaces, field_selector=selector,
-                                            resource_version=resource_version, timeout_seconds=WATCH_SECONDS,
+                                            resource_version=resource_version, timeout_seconds=self.watch_seconds,
                                             allow_watch_bookmarks=True):
-                if event["type"] == "ERROR":
+                if event["type"] == "ERROR":  # 410 Gone among them: the caller lists again
                     raise RuntimeError(f"the watch ended: {event['raw_object']}")
+                if event["type"] == "BOOKMARK":
+                    # The client leaves a bookmark undecoded (a dict: it carries only metadata); its version is
+                    # where the next watch resumes, so that no relist follows a quiet node's watch.
+                    resource_version = event["raw_object"]["metadata"]["resourceVersion"]
+                    self.bookmarks += 1
+                    continue
                 pod = event["object"]
                 resource_version = pod.metadata.resource_version
-                if event["type"] == "BOOKMARK":
-                    continue
                 if event["type"] == "DELETED" or not mounts_volumes(pod):
                     self._apply(pod.metadata.uid, None)
                 else:
                     self._apply(pod.metadata.uid, NodePod.from_object(pod))
+            self.watches_ended += 1
 
     def _replace(self, pods: dict[str, NodePod]) -> None:
         with self._lock:

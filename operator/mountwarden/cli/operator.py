@@ -2,8 +2,10 @@
 
 import os
 import socket
+import time
 import zlib
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -16,21 +18,27 @@ from mountwarden.core.node.failures import DEFAULT_STUCK_AFTER_SECONDS
 from mountwarden.core.policyreport import ReportFormat
 from mountwarden.handlers.config import WebhookMode
 
-#: Derived peering priorities fall in 1..PRIORITY_RANGE, above kopf's default of 0. An operator started by
-#: hand with --priority above the range (to debug against a cluster) pauses every replica.
-PRIORITY_RANGE = 1_000_000
+#: Derived priorities count the milliseconds from a replica's start to this instant (2109-05-15): the earlier
+#: a replica started, the higher its priority. kopf makes the live replica of the highest priority the active one,
+#: so the active replica stays active when a newer one joins (a rollout's, the ReplicaSet's replacement of a killed
+#: pod) and the standby that has waited longest takes over: no handover ever goes to a replica still starting,
+#: and none is undone by a later one (which would cost the demoted replica a restart, handlers/standby.py).
+PRIORITY_EPOCH_END_MS = 2**42
+#: The pod name's CRC-32 modulo this breaks the tie between replicas started in the same millisecond (kopf pauses
+#: every replica while two live ones share the highest priority).
+TIE_BREAK_RANGE = 1000
+#: The largest derived priority; an operator started by hand with --priority above it pauses every replica.
+PRIORITY_MAX = PRIORITY_EPOCH_END_MS * TIE_BREAK_RANGE
 
 
-def derived_priority(pod_name: str) -> int:
-    """A stable peering priority for one replica: its pod name's CRC-32, folded into 1..PRIORITY_RANGE.
-
-    kopf pauses every replica while two live ones share the highest priority, so replicas
-    must differ; the pod name is unique among live pods and stable across restarts of the pod.
-    """
-    return 1 + zlib.crc32(pod_name.encode()) % PRIORITY_RANGE
+def derived_priority(started_at: float, pod_name: str) -> int:
+    """A peering priority for one replica started at ``started_at`` (seconds since the epoch): the earlier, the
+    higher, ties between replicas started in the same millisecond broken by the pod name's CRC-32."""
+    before_the_end = max(PRIORITY_EPOCH_END_MS - int(started_at * 1000), 1)
+    return before_the_end * TIE_BREAK_RANGE + zlib.crc32(pod_name.encode()) % TIE_BREAK_RANGE
 
 
-def peering_priority(priority: int | None, *, standalone: bool,
+def peering_priority(priority: int | None, *, standalone: bool, started_at: float,
                      environ: Mapping[str, str] = os.environ) -> tuple[int, str | None]:
     """The priority to run with, and where a derived one came from (None when given or unused)."""
     if priority is not None:
@@ -39,7 +47,8 @@ def peering_priority(priority: int | None, *, standalone: bool,
         return 0, None
     pod_name = environ.get("POD_NAME") or socket.gethostname()
     source = "POD_NAME" if environ.get("POD_NAME") else "the host name"
-    return derived_priority(pod_name), f"derived from {pod_name!r} ({source})"
+    started = datetime.fromtimestamp(started_at, UTC).isoformat(timespec="milliseconds")
+    return derived_priority(started_at, pod_name), f"derived from the start at {started} and {pod_name!r} ({source})"
 
 
 @app.command("crds")
@@ -68,8 +77,9 @@ def operator_command(
     peering_name: Annotated[str, typer.Option("--peering-name", help="The KopfPeering object replicas share.")] = "mountwarden",
     priority: Annotated[int | None, typer.Option(
         "--priority", help="With --peering: the live replica of the highest priority is active; replicas of equal "
-        "priority all freeze. Default with --peering: derived from the pod name ($POD_NAME, else the host name), "
-        f"1..{PRIORITY_RANGE}, distinct per replica.")] = None,
+        "priority all freeze. Default with --peering: derived from the replica's start, the earliest highest (the "
+        "active replica stays active when others join, the longest-waiting standby takes over), ties broken by the "
+        f"pod name ($POD_NAME, else the host name); 1..{PRIORITY_MAX}.")] = None,
     liveness: Annotated[str | None, typer.Option("--liveness", help="Serve a liveness probe, "
                                                  "e.g. http://0.0.0.0:8080/healthz.")] = None,
     collect_interval: Annotated[float, typer.Option(
@@ -218,7 +228,7 @@ def operator_command(
         fail("--active-label labels this replica's own pod: set POD_NAME and POD_NAMESPACE (or --namespace)")
 
     kopf.configure(verbose=verbose)
-    priority, derived = peering_priority(priority, standalone=standalone)
+    priority, derived = peering_priority(priority, standalone=standalone, started_at=time.time())
     if derived:
         logging.getLogger("mountwarden.operator").info(f"peering priority {priority}, {derived}")
 
