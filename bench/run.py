@@ -32,6 +32,9 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "rollout": (["bench/rollout.py"], ["bench/rollout.py", "--deployments", "4", "--rounds", "1"]),
     "scale": (["bench/scale.py"], ["bench/scale.py", "--pvs", "500", "--pods", "2000", "--nodes", "10",
                                    "--touched", "100", "--creates", "50"]),
+    # Bench only: five times scale's cluster, for the memory's growth (issue 29).
+    "scale_100k": (["bench/scale_100k.py"], ["bench/scale_100k.py", "--pvs", "1000", "--pods", "4000", "--nodes", "20",
+                                             "--touched", "100", "--creates", "50"]),
     "agent_latency": (["bench/agent_latency.py"], ["bench/agent_latency.py", "--mounts", "5", "--lab-mounts", "3"]),
     "lab": (["bench/lab.py"], ["bench/lab.py", "--boots", "1", "--skip-cold"]),
     "realnode": (["bench/realnode.py"], ["bench/realnode.py"]),
@@ -44,6 +47,8 @@ HEADLINE = {
     "rollout_overhead_ratio": "rollout",
     "operator_rss_mib": "scale",
     "operator_ready_s": "scale",
+    "operator_rss_mib_100k": "scale_100k",
+    "rss_growth_mib_per_1000_pods": "scale_100k",
     "scale_change_requests_ratio": "scale",
     "webhook_added_p50_vs_null": "webhook",
     "webhook_added_p99_vs_null": "webhook",
@@ -71,6 +76,7 @@ HEADLINE = {
 GOALS = {
     "rollout_overhead_ratio": 1.2,
     "operator_rss_mib": 150,
+    "operator_rss_mib_100k": 400,
     "operator_ready_s": 10,
     "scale_change_requests_ratio": 1.1,
     "webhook_added_p50_vs_null": 1.5,

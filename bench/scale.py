@@ -9,7 +9,8 @@ starts as users run it (a separate process, its HTTP requests counted at the tra
 
 - operator_ready_s: from its start until a profile created at that moment is Ready (kopf runs
   no handler before its indexes are filled, so this includes listing the cluster);
-- operator_rss_mib: its peak resident memory over the whole run (sampled every 0.5 s);
+- operator_rss_mib: its peak resident memory over the whole run (sampled every 0.5 s); operator_rss_mib_at_end,
+  its last sample, what it holds once the run's work is done;
 - profile_change_seconds and profile_change_api_requests: one profile change (PatchBoundVolumes,
   Automatic) that touches --touched PVs, until its rollout is Complete and every one of them
   carries the new options; scale_change_requests_ratio divides the requests by the minimal
@@ -63,6 +64,8 @@ class PeakRss:
     def __init__(self, pid: int) -> None:
         self.process = psutil.Process(pid)
         self.peak = 0
+        #: The latest sample: at the end of the run, what the operator holds once its work is done.
+        self.last = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -70,9 +73,10 @@ class PeakRss:
     def _run(self) -> None:
         while not self._stop.wait(0.5):
             try:
-                self.peak = max(self.peak, self.process.memory_info().rss)
+                self.last = self.process.memory_info().rss
             except psutil.Error:
                 return
+            self.peak = max(self.peak, self.last)
 
     def stop(self) -> int:
         self._stop.set()
@@ -199,6 +203,7 @@ def run(args, kubeconfig: str, workdir: Path) -> dict:
             "load_seconds": round(load_seconds, 1),
             "operator_ready_s": round(startup, 2),
             "operator_rss_mib": round(peak / 2**20, 1),
+            "operator_rss_mib_at_end": round(rss.last / 2**20, 1),
             "profile_change_pvs": len(touched),
             "profile_change_seconds": round(change_seconds, 1),
             "profile_change_api_requests": sum(requests.values()),
@@ -225,7 +230,7 @@ def write_webhook_profile(path: Path, creates: list[dict], trace_path: Path, his
     path.write_text(webhooktrace.report(creates, trace, histograms=histograms))
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=100)
     parser.add_argument("--pvs", type=int, default=5000)
@@ -238,12 +243,20 @@ def main() -> None:
                         "near its peak) here; slows the operator, so this run's timings are not figures.")
     parser.add_argument("--webhook-profile", type=Path, help="Trace the operator's webhook requests during the "
                         "creates (bench/webhooktrace.py) and write where the slowest creates' time went here.")
-    args = parser.parse_args()
+    return parser
+
+
+def measure(args) -> dict:
+    """The whole run in a local control plane of its own, gone afterwards."""
     from mountwarden.devcluster import local_cluster
 
     with tempfile.TemporaryDirectory(prefix="mountwarden-scale-") as scratch, \
             local_cluster(Path(scratch) / "cluster", nodes=args.nodes, timeout=600) as info:
-        result = run(args, str(info.kubeconfig), Path(scratch))
+        return run(args, str(info.kubeconfig), Path(scratch))
+
+
+def main() -> None:
+    result = measure(parser().parse_args())
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "scale.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result["summary"], indent=2))

@@ -63,6 +63,7 @@ from mountwarden.handlers.collector import freeze_what_lives, thaw_everything
 from mountwarden.handlers.config import OperatorConfig, WebhookMode
 from mountwarden.handlers.context import OperatorContext
 from mountwarden.handlers.credits import watched_file_system
+from mountwarden.handlers.native_heap import give_back_free_memory
 
 PROFILE = (GROUP, VERSION, PROFILES)
 STORAGE_CLASSES = ("storage.k8s.io", "v1", "storageclasses")
@@ -235,6 +236,8 @@ async def follow_cluster(memo: OperatorContext, logger, **_) -> None:
     # full garbage collection walked all of it while every thread, the webhook's too, waited: 354 to 823 ms at
     # 5,000 PVs and 20,000 pods (bench/results/scale_webhook_profile.txt: 340 to 840 ms, run D).
     freeze_what_lives()
+    # The lists' pages and their decoded JSON are freed by now, but glibc keeps the pages for reuse.
+    give_back_free_memory()
 
 
 def stop_following_cluster(memo: OperatorContext, **_) -> None:
