@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/scale_100k.py [--pvs 25000] [--pods 100000] [--nodes 500] [--creates 500]
 
-Bench only, not in `make test`: loading the cluster alone takes about ten minutes on two cores. The same run
+Bench only, not in `make test`: loading the cluster alone took 14 minutes on two cores (20 in all). The same run
 as bench/scale.py (the operator started as users run it, one profile change of --touched PVs, PVC creates
 through the webhook), five times the cluster. Writes bench/results/scale_100k.json:
 
