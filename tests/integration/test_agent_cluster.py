@@ -7,6 +7,7 @@ nothing changed.
 
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 
 import kubernetes
@@ -195,23 +196,29 @@ def test_writer_rereads_on_conflict_and_recreates_a_deleted_report(cluster, kube
 
 
 def test_the_node_pods_follower_resumes_from_bookmarks_and_never_lists_again(cluster, kube, namespace):
-    """The API server sends a bookmark 2 s before each watch request's end (apiserver's cacher,
-    cache_watcher.go nextBookmarkTime): the agent resumes from it, where it once relisted on every one."""
-    node = cluster.node_names[0]
-    # The cacher sends bookmarks once it has seen a pod event (cacher.go: none at resource version 0).
-    running_pods(kube, namespace, node, ["before"])
+    """A quiet node in a busy cluster: its agent's watch sees no event, and the API server sends it bookmarks instead,
+    2 s before each watch request's end, once pods elsewhere moved the version on (apiserver's cacher,
+    cache_watcher.go nextBookmarkTime). The agent resumes from them, where it once relisted on every one."""
+    quiet, busy = cluster.node_names[:2]
+    running_pods(kube, namespace, busy, ["elsewhere"])
     changed: list[str] = []
-    follower = NodePods(kube.client, node, on_change=changed.append, watch_seconds=5)
+    follower = NodePods(kube.client, quiet, on_change=changed.append, watch_seconds=5)
     follower.start()
     try:
         wait_for(follower.synced.is_set, timeout=60, what="the first listing of the node's pods")
-        # A bookmark comes when the version moved past what the watch saw (the pod above: once at least).
-        wait_for(lambda: follower.watches_ended >= 2 and follower.bookmarks >= 1, timeout=60,
-                 what=lambda: f"two watch requests ended, a bookmark among them (ended {follower.watches_ended}, "
+        ended = follower.watches_ended
+
+        def bookmarked() -> bool:
+            # Another node's pod changes: an event the follower's field selector leaves out, so a bookmark follows.
+            kube.core.patch_namespaced_pod("elsewhere", namespace, {"metadata": {"labels": {"tick": str(time.time_ns())}}})
+            return follower.bookmarks >= 1 and follower.watches_ended >= ended + 2
+
+        wait_for(bookmarked, timeout=60, interval=1,
+                 what=lambda: f"two more watch requests ended, a bookmark among them (ended {follower.watches_ended}, "
                               f"bookmarks {follower.bookmarks}, lists {follower.lists})")
         created = kube.core.create_namespaced_pod(namespace, {
             "metadata": {"name": "writer"},
-            "spec": {"nodeName": node, "containers": [{"name": "app", "image": "registry.invalid/app:1"}],
+            "spec": {"nodeName": quiet, "containers": [{"name": "app", "image": "registry.invalid/app:1"}],
                      "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]},
         })
         pod = wait_for(lambda: follower.get(created.metadata.uid), timeout=30, what="the new pod, through the watch")
