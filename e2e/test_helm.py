@@ -11,7 +11,6 @@ import json
 import signal
 import subprocess
 import sys
-import zlib
 from pathlib import Path
 
 import pytest
@@ -32,7 +31,7 @@ from tests.procroot import Mount, assemble_proc_root, pod_uid
 from tests.support import free_port, profile_body, wait_for
 
 from mountwarden.adapters.webhookconfig import render_enforcement
-from mountwarden.cli.operator import TIE_BREAK_RANGE
+from mountwarden.cli.operator import TIE_BREAK_RANGE, tie_break
 from mountwarden.core.admission import NODE_NAME_EXTRA, ProfileEntry
 from mountwarden.devcluster.cluster import kwok_node
 
@@ -360,7 +359,7 @@ def test_one_replica_answers_and_the_standby_takes_over(cluster, release, operat
     peers = wait_for(lambda: (s := kubectl_json(cluster, "get", f"clusterkopfpeering.kopf.dev/{RELEASE}").get("status")
                               or {}) and all(s.get(name) for name in replicas) and s, what="both replicas' peering entries")
     assert {name: peers[name]["priority"] % TIE_BREAK_RANGE for name in replicas} == {
-        name: zlib.crc32(name.encode()) % TIE_BREAK_RANGE for name in replicas}
+        name: tie_break(name) for name in replicas}
     expected = max(replicas, key=lambda name: peers[name]["priority"])
     standby = next(name for name in replicas if name != expected)
     assert wait_for(lambda: active_pods(cluster) == [expected] and active_pods(cluster), timeout=120,

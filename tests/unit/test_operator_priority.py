@@ -17,6 +17,7 @@ from mountwarden.cli.operator import (
     TIE_BREAK_RANGE,
     derived_priority,
     peering_priority,
+    tie_break,
 )
 
 #: 2026-12-04T03:15:04.250Z, when a replica of these tests started.
@@ -25,11 +26,11 @@ STARTED = datetime(2026, 12, 4, 3, 15, 4, 250000, tzinfo=UTC).timestamp()
 
 def test_a_replica_started_earlier_has_the_higher_priority_whatever_the_names():
     names = [f"mountwarden-operator-6c8d5b7f9-{suffix}" for suffix in ("x2kqp", "z7m4n", "b9w2c", "q4t8r", "h5j6k")]
-    # Started a millisecond apart, in that order: each name's CRC-32 would order them otherwise.
+    # Started a millisecond apart, in that order.
     priorities = [derived_priority(STARTED + index / 1000, name) for index, name in enumerate(names)]
     assert priorities == sorted(priorities, reverse=True) and len(set(priorities)) == len(names)
     # The start decides, not the name: the one of the lower tie-break, started first, outranks the other.
-    first, second = sorted(names, key=lambda name: zlib.crc32(name.encode()) % TIE_BREAK_RANGE)[:2]
+    first, second = sorted(names, key=tie_break)[:2]
     assert derived_priority(STARTED, first) > derived_priority(STARTED + 0.001, second)
     # The standby that waited since yesterday outranks the active replica's replacement started today.
     assert derived_priority(STARTED - 86400, names[1]) > derived_priority(STARTED, names[0])
@@ -40,10 +41,10 @@ def test_replicas_started_in_the_same_millisecond_differ_by_name_and_stay_in_ran
     priorities = [derived_priority(STARTED, name) for name in names]
     assert len(set(priorities)) == len(names)
     assert all(1 <= p <= PRIORITY_MAX for p in priorities)
-    assert derived_priority(STARTED, names[0]) == derived_priority(STARTED, names[0])
     # What a peering entry shows: the milliseconds before the end, then the name's part.
     assert divmod(derived_priority(STARTED, names[0]), TIE_BREAK_RANGE) == (
         PRIORITY_EPOCH_END_MS - 1796354104250, zlib.crc32(names[0].encode()) % TIE_BREAK_RANGE)
+    assert tie_break(names[0]) == zlib.crc32(names[0].encode()) % TIE_BREAK_RANGE
 
 
 @pytest.mark.parametrize(("priority", "standalone", "environ", "expected"), [

@@ -31,11 +31,16 @@ TIE_BREAK_RANGE = 1000
 PRIORITY_MAX = PRIORITY_EPOCH_END_MS * TIE_BREAK_RANGE
 
 
+def tie_break(pod_name: str) -> int:
+    """The part of a derived priority that comes from the pod name: what a peering entry's priority ends with."""
+    return zlib.crc32(pod_name.encode()) % TIE_BREAK_RANGE
+
+
 def derived_priority(started_at: float, pod_name: str) -> int:
     """A peering priority for one replica started at ``started_at`` (seconds since the epoch): the earlier, the
-    higher, ties between replicas started in the same millisecond broken by the pod name's CRC-32."""
+    higher, ties between replicas started in the same millisecond broken by the pod name (``tie_break``)."""
     before_the_end = max(PRIORITY_EPOCH_END_MS - int(started_at * 1000), 1)
-    return before_the_end * TIE_BREAK_RANGE + zlib.crc32(pod_name.encode()) % TIE_BREAK_RANGE
+    return before_the_end * TIE_BREAK_RANGE + tie_break(pod_name)
 
 
 def peering_priority(priority: int | None, *, standalone: bool, started_at: float,
