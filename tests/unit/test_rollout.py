@@ -265,6 +265,23 @@ def test_replicas_sharing_an_old_superblock_among_themselves_are_evicted_one_at_
         "evicting pod shop/a-1 so that it mounts afresh"]
 
 
+def test_an_old_replica_a_pod_list_still_shows_live_is_waited_for_not_evicted():
+    """The pods were listed before the controller marked the old replica for deletion: it still looks live, with
+    the old options, beside a rolled-out workload. Evicting it would count a remount that nothing needed."""
+    workload, pods, _ = rolled_out()
+    old = pod("a", 9, started=EARLIER - timedelta(minutes=5))
+    node = report("n1", *(mount(p) for p in pods), mount(old, COHERENT))
+    result = step(world([patched("a")], [*pods, old], [workload], [node]))
+    assert result.actions == ()
+    assert (line(result)["state"], line(result)["reason"]) == ("Verifying", "WaitingForReplicas")
+    assert line(result)["message"] == ("3 replicas live, 2 desired: the pods were read before an old replica "
+                                       "stopped") and "remounts" not in line(result)
+    # The next read shows it terminating: verified, with no remount.
+    result = step(world([patched("a")], [*pods, replace(old, terminating=True)], [workload], [node]),
+                  previous_with(line(result)))
+    assert (line(result)["state"], line(result)["reason"], line(result).get("remounts")) == ("Done", "Verified", None)
+
+
 def test_the_next_stale_replica_waits_until_the_evicted_ones_replacement_is_ready():
     workload, _, _ = rolled_out()
     kept, replacement = pod("a", 0), pod("a", 2, ready=False, started=NOW)

@@ -104,8 +104,8 @@ class ClusterWorkloads:
 
     def _namespace(self, namespace: str, *, with_budgets: bool) -> World:
         with transient_errors():
-            pods = [Pod.from_object(obj) for obj in _items(
-                self.core.list_namespaced_pod(namespace, _preload_content=False), "Pod")]
+            # Workloads before pods: a workload whose status says its old replicas are gone was written after
+            # they were marked for deletion, so a pod list read after it shows them terminating, not live.
             workloads = [
                 Workload.from_object(obj)
                 for kind, lister in (("Deployment", self.apps.list_namespaced_deployment),
@@ -113,6 +113,8 @@ class ClusterWorkloads:
                                      ("DaemonSet", self.apps.list_namespaced_daemon_set))
                 for obj in _items(lister(namespace, _preload_content=False), kind)
             ]
+            pods = [Pod.from_object(obj) for obj in _items(
+                self.core.list_namespaced_pod(namespace, _preload_content=False), "Pod")]
             owner_kinds = {pod.owner.kind for pod in pods if pod.owner}
             parents: dict[WorkloadRef, WorkloadRef | None] = {}
             if "ReplicaSet" in owner_kinds:

@@ -250,6 +250,12 @@ def _waiting_for_replicas(s: Situation) -> Outcome:
                       f"{s.ready} of {s.workload.replicas} replicas ready"), []
 
 
+def _old_replicas_linger(s: Situation) -> Outcome:
+    return _verifying(s, State.VERIFYING, "WaitingForReplicas",
+                      f"{len(s.live)} replicas live, {s.workload.replicas} desired: the pods were read before an old "
+                      "replica stopped"), []
+
+
 def _blocked_by_mount(s: Situation) -> Outcome:
     found = s.blocking
     assert found is not None
@@ -347,6 +353,11 @@ WORKLOAD_TRANSITIONS: tuple[Transition, ...] = (
                "is replaced)", lambda s: not s.workload.rolled_out, _rolling_out),
     Transition(State.VERIFYING, ("WaitingForReplicas",), "rolled out, but fewer replicas ready than desired",
                lambda s: s.ready < s.workload.replicas, _waiting_for_replicas),
+    # The controller counts a replica gone once it is marked for deletion; a pod list read before that still
+    # shows it live, with the old options: judging it would evict a pod already on its way out.
+    Transition(State.VERIFYING, ("WaitingForReplicas",),
+               "rolled out, but more replicas live than desired: an old replica had not stopped when the pods were "
+               "read (judged again next tick)", lambda s: len(s.live) > s.workload.replicas, _old_replicas_linger),
     Transition(State.BLOCKED, ("OptionsAbsent", "SuperblockShared"),
                "a replica mounts neither the new options nor an old version's, or kept an old superblock that "
                "a pod outside the workload holds", lambda s: s.blocking is not None, _blocked_by_mount),
