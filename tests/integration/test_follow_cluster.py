@@ -9,6 +9,8 @@ import kubernetes
 import pytest
 
 from mountwarden.adapters.kube import api_client
+from mountwarden.adapters.pods import pod_entries, pod_page_entries
+from mountwarden.adapters.watches import reduce_json_page
 from mountwarden.handlers.collector import thaw_everything
 from mountwarden.handlers.indexes import cluster_watches, follow_cluster
 
@@ -37,3 +39,31 @@ def test_what_the_first_lists_filed_is_frozen_out_of_the_garbage_collectors_walk
         thaw_everything()
         memo.watches.stop()
         core.delete_persistent_volume(PV)
+
+
+def test_the_pods_pages_are_decoded_to_what_each_pod_files_as_the_api_server_sends_them(cluster, namespace):
+    """The pods' lists are decoded only as far as a placement reads them: on the API server's own pages (defaults,
+    managed fields, status, continue tokens), that files exactly what decoding each pod whole does."""
+    core = kubernetes.client.CoreV1Api(api_client(str(cluster.kubeconfig)))
+    container = [{"name": "app", "image": "registry.invalid/app:1"}]
+    shapes = {
+        "claims": [{"name": "a", "persistentVolumeClaim": {"claimName": "data", "readOnly": True}},
+                   {"name": "b", "persistentVolumeClaim": {"claimName": "cache"}}],
+        "inline-nfs": [{"name": "nas", "nfs": {"server": "nas.invalid", "path": "/export"}}],
+        "inline-csi": [{"name": "efs", "csi": {"driver": "efs.csi.aws.com", "volumeAttributes": {"x": "y"}}}],
+        "empty-dir": [{"name": "scratch", "emptyDir": {}}],
+    }
+    for name, volumes in shapes.items():
+        core.create_namespaced_pod(namespace, {"metadata": {"name": name, "labels": {"pod-template-hash": "abc"}},
+                                               "spec": {"nodeName": "nowhere", "containers": container,
+                                                        "volumes": volumes}})
+    token, seen = None, {}
+    while True:
+        data = core.list_namespaced_pod(namespace, limit=3, _continue=token, _preload_content=False).data
+        decoded, token, resource_version = pod_page_entries(data)
+        assert (decoded, token, resource_version) == reduce_json_page(data, pod_entries) and resource_version
+        seen.update(decoded)
+        if not token:
+            break
+    kept = {entries["pods_by_uid"][uid].name for uid, entries in seen.items() if entries}
+    assert len(seen) == len(shapes) and kept == {"claims", "inline-nfs", "inline-csi"}

@@ -1,7 +1,18 @@
 """The indexes of pods, PVs and claims the operator keeps outside kopf: what each object files, and unfiles."""
 
-from mountwarden.adapters.pods import POD_INDEXES, PodPlacements, pod_entries
-from mountwarden.adapters.watches import ReducedWatch
+import json
+
+import msgspec
+import pytest
+
+from mountwarden.adapters.pods import (
+    POD_INDEXES,
+    PodPlacements,
+    placements_of_list,
+    pod_entries,
+    pod_page_entries,
+)
+from mountwarden.adapters.watches import ReducedWatch, reduce_json_page
 from mountwarden.handlers.indexes import CLAIM_INDEXES, VOLUME_INDEXES, claim_entries, volume_entries
 
 
@@ -83,3 +94,55 @@ def test_pods_are_kept_by_uid_and_claim_with_their_node_and_only_if_they_can_mou
     assert pods.node_of("uid-db") == "node-3"
     pods.watch.apply("uid-db", {})
     assert pods.of_claim("data", "db") == [] and pods.node_of("uid-db") is None
+
+
+#: Pods of every shape a placement reads, in their wire form with what the API server adds around it.
+WIRE_PODS = [
+    pod("claims", claims=("db", "cache", "db")),
+    pod("inline-nfs", claims=(), nfs=True),
+    pod("nothing", claims=()),
+    {**pod("unscheduled"), "spec": {"volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "d"}}]}},
+    {"metadata": {"name": "inline-csi", "namespace": "data", "uid": "uid-csi", "labels": None, "ownerReferences": None},
+     "spec": {"nodeName": "node-1", "volumes": [{"name": "x", "csi": {"driver": "efs.csi.aws.com"}}]}},
+    {"metadata": {"name": "web-5d8f7c9b6-abcde", "namespace": "shop", "uid": "uid-web",
+                  "labels": {"app": "web", "pod-template-hash": "5d8f7c9b6"},
+                  "deletionTimestamp": "2026-12-04T10:00:30Z",
+                  "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "n", "uid": "u"},
+                                      {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-5d8f7c9b6",
+                                       "uid": "u2", "controller": True, "blockOwnerDeletion": True}],
+                  "managedFields": [{"manager": "kube-controller-manager", "fieldsV1": {"f:spec": {}}}]},
+     "spec": {"nodeName": "node-2", "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "uploads",
+                                                                                         "readOnly": True}},
+                                                 {"name": "token", "projected": {"sources": []}}],
+              "containers": [{"name": "app", "image": "app:1"}]},
+     "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}},
+    {"metadata": {"name": "db-0", "namespace": "shop", "uid": "uid-db-0",
+                  "ownerReferences": [{"kind": "StatefulSet", "name": "db", "controller": True}]},
+     "spec": {"nodeName": "node-3", "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data-db-0"}}]}},
+    {"metadata": {"name": "bare", "namespace": "shop", "uid": "uid-bare",
+                  "ownerReferences": [{"kind": "ReplicaSet", "name": "orphaned", "controller": False}]},
+     "spec": {"volumes": None}},
+]
+
+
+@pytest.mark.parametrize("token", ["next-page", None])
+def test_a_pod_lists_page_files_exactly_what_each_of_its_pods_files_alone(token):
+    """The page reducer decodes only what a placement reads: it must file what the reducer of watch events does."""
+    page = {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "4242", "continue": token},
+            "items": WIRE_PODS}
+    data = json.dumps(page).encode()
+    expected = {obj["metadata"]["uid"]: pod_entries(obj) for obj in WIRE_PODS}
+    assert pod_page_entries(data) == (expected, token, "4242") == reduce_json_page(data, pod_entries)
+    assert placements_of_list(data) == [entries["pods_by_uid"][uid] for uid, entries in expected.items() if entries]
+    kept = {uid: entries["pods_by_uid"][uid] for uid, entries in expected.items() if entries}
+    assert set(kept) == {"uid-claims", "uid-inline-nfs", "uid-unscheduled", "uid-csi", "uid-web", "uid-db-0"}
+    assert kept["uid-claims"].claims == ("cache", "db") and kept["uid-unscheduled"].node is None
+    web = kept["uid-web"]
+    assert (web.workload, web.controlled, web.deleting_at, web.claims) == (
+        "Deployment/web", True, "2026-12-04T10:00:30Z", ("uploads",))
+    assert (kept["uid-db-0"].workload, kept["uid-db-0"].controlled) == ("StatefulSet/db", True)
+
+
+def test_a_pod_list_page_that_is_not_a_list_fails_by_name():
+    with pytest.raises(msgspec.ValidationError, match="uid"):
+        pod_page_entries(json.dumps({"metadata": {}, "items": [{"metadata": {"name": "no-uid"}}]}).encode())

@@ -11,7 +11,7 @@ from kubernetes.client import ApiClient, ApiException
 from pydantic import ValidationError
 
 from mountwarden.adapters.kube import transient_errors
-from mountwarden.adapters.pods import PodPlacement, placement
+from mountwarden.adapters.pods import PodPlacement, placements_of_list
 from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.nodemountreport import PLURAL as REPORTS
 from mountwarden.api.nodemountreport import UnreadableReport, read_node_report
@@ -45,8 +45,7 @@ def read_facts(client: ApiClient, network_provisioners: Collection[str] = ()) ->
     with transient_errors():
         classes = [ClassEntry.from_object(obj) for obj in _items(storage.list_storage_class(_preload_content=False))]
         pvs = _items(core.list_persistent_volume(_preload_content=False))
-        pods = [found for obj in _items(core.list_pod_for_all_namespaces(_preload_content=False))
-                if (found := placement(obj)) is not None]
+        pods = placements_of_list(core.list_pod_for_all_namespaces(_preload_content=False).data)
         reports = _served_items(custom, REPORTS)
         profiles = _served_items(custom, PROFILES)
 

@@ -38,6 +38,18 @@ Entries = dict[str, dict[Hashable, Any]]
 Reducer = Callable[[Mapping], Entries]
 #: Told of every change: (uid, entries before, entries after), in the watch's thread.
 Listener = Callable[[str, Entries, Entries], None]
+#: A page of a list, reduced: what each object files by UID, the continue token and the resourceVersion.
+ReducedPage = tuple[dict[str, Entries], str | None, str]
+#: Reduces a page of a list from the bytes the API server sent.
+PageReducer = Callable[[bytes], ReducedPage]
+
+
+def reduce_json_page(data: bytes, reduce: Reducer) -> ReducedPage:
+    """A page decoded whole, each object handed to ``reduce``: for resources whose objects are few or small."""
+    page = json.loads(data)
+    metadata = page.get("metadata") or {}
+    entries = {obj["metadata"]["uid"]: reduce(obj) for obj in page.get("items") or []}
+    return entries, metadata.get("continue"), metadata.get("resourceVersion", "")
 
 
 class Index(Mapping):
@@ -83,12 +95,15 @@ class ReducedWatch:
     """One resource, kept as the indexes its objects file; ``indexes[name]`` reads one."""
 
     def __init__(self, what: str, list_objects: Callable[..., Any] | None, reduce: Reducer,
-                 names: tuple[str, ...]) -> None:
+                 names: tuple[str, ...], reduce_page: PageReducer | None = None) -> None:
         """``list_objects`` is a list call of the Kubernetes client (e.g. CoreV1Api.list_persistent_volume);
-        without one the watch holds what ``load`` is given and follows nothing."""
+        without one the watch holds what ``load`` is given and follows nothing. ``reduce`` takes a watch event's
+        object; ``reduce_page`` a list's page, as bytes (by default, each object decoded and handed to ``reduce``:
+        a resource listed by the ten thousand decodes only what it keeps instead)."""
         self.what = what
         self.list_objects = list_objects
         self.reduce = reduce
+        self.reduce_page = reduce_page or functools.partial(reduce_json_page, reduce=reduce)
         self._lock = threading.Lock()
         self.indexes: dict[str, Index] = {name: Index(self._lock) for name in names}
         self.listeners: list[Listener] = []
@@ -171,14 +186,12 @@ class ReducedWatch:
         token = None
         while True:
             response = self.list_objects(limit=PAGE_SIZE, _continue=token, _preload_content=False)
-            page = json.loads(response.data)
-            for obj in page.get("items") or []:
-                objects[obj["metadata"]["uid"]] = self.reduce(obj)
-            token = (page.get("metadata") or {}).get("continue")
+            entries, token, resource_version = self.reduce_page(response.data)
+            objects.update(entries)
             if not token:
                 self.load(objects)
                 log.info("following %d %s", len(self._filed), self.what)
-                return page["metadata"]["resourceVersion"]
+                return resource_version
 
     def _follow(self, resource_version: str) -> None:
         while not self._stop.is_set():
@@ -195,11 +208,15 @@ class ReducedWatch:
                     self.apply(uid, {} if event["type"] == "DELETED" else self.reduce(obj))
 
 
+#: How a resource is kept: its reducer, its indexes' names and, optionally, its page reducer (see ReducedWatch).
+WatchedAs = tuple[Reducer, tuple[str, ...]] | tuple[Reducer, tuple[str, ...], PageReducer]
+
+
 class CoreWatches:
     """The cluster's pods, PersistentVolumes and claims, each kept as the indexes its reducer files."""
 
-    def __init__(self, client: kubernetes.client.ApiClient, *, pods: tuple[Reducer, tuple[str, ...]],
-                 volumes: tuple[Reducer, tuple[str, ...]], claims: tuple[Reducer, tuple[str, ...]]) -> None:
+    def __init__(self, client: kubernetes.client.ApiClient, *, pods: WatchedAs, volumes: WatchedAs,
+                 claims: WatchedAs) -> None:
         self.core = kubernetes.client.CoreV1Api(client)
         self.pods = ReducedWatch("pods", self.core.list_pod_for_all_namespaces, *pods)
         self.volumes = ReducedWatch("persistentvolumes", self.core.list_persistent_volume, *volumes)

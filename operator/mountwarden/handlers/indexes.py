@@ -47,7 +47,7 @@ from dataclasses import replace
 import kopf
 from pydantic import ValidationError
 
-from mountwarden.adapters.pods import POD_INDEXES, pod_entries
+from mountwarden.adapters.pods import POD_INDEXES, pod_entries, pod_page_entries
 from mountwarden.adapters.watches import CoreWatches, Entries
 from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.nodemountreport import PLURAL as REPORTS
@@ -217,7 +217,7 @@ def claim_entries(pvc: Mapping) -> Entries:
 
 def cluster_watches(client, network_drivers: Collection[str] = ()) -> CoreWatches:
     volumes = functools.partial(volume_entries, network_drivers=tuple(network_drivers))
-    return CoreWatches(client, pods=(pod_entries, POD_INDEXES), volumes=(volumes, VOLUME_INDEXES),
+    return CoreWatches(client, pods=(pod_entries, POD_INDEXES, pod_page_entries), volumes=(volumes, VOLUME_INDEXES),
                        claims=(claim_entries, CLAIM_INDEXES))
 
 
