@@ -122,6 +122,12 @@ class Scenario:
             "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": storage_class, "volumeName": pv,
                      "resources": {"requests": {"storage": "1Gi"}}},
         })
+        # A provisioned claim is bound before anything mounts it, and a rollout counts a PV's claim only once the
+        # PV is Bound: a cold CI run once applied a profile before the PV controller had bound this one, and the
+        # rollout rightly found no consumer of it.
+        wait_for(lambda: self.kube.core.read_persistent_volume(pv).status.phase == "Bound"
+                 and self.kube.core.read_namespaced_persistent_volume_claim(name, self.namespace).status.phase
+                 == "Bound", interval=0.2, what=f"claim {name} bound to {pv}")
         return pv
 
     def pod_spec(self, claim: str | None, node: str | None = None) -> dict:
@@ -155,12 +161,9 @@ class Scenario:
         })
 
     def bare_pod(self, name: str, claim: str, node: str) -> None:
-        """A pod of ``claim`` on ``node``, created once the claim is bound. A fresh run once waited 60 s for such a
-        pod's mount, created right after its claim; the likeliest cause (not reproduced) is the scheduler, which
-        parks a pod whose claim is not bound yet as unschedulable and retries it on an event or after a back-off.
-        Waiting for the binding takes that race away, and a wait that times out now says where the pod was."""
-        wait_for(lambda: self.kube.core.read_namespaced_persistent_volume_claim(claim, self.namespace).status.phase
-                 == "Bound", what=f"claim {claim} bound")
+        """A pod of ``claim`` on ``node`` (``claim`` made it bound). A fresh run once waited 60 s for such a pod's
+        mount, created right after its claim; the likeliest cause (not reproduced) is the scheduler, which parks a
+        pod whose claim is not bound yet as unschedulable and retries it on an event or after a back-off."""
         self.kube.core.create_namespaced_pod(self.namespace, {"metadata": {"name": name},
                                                               "spec": self.pod_spec(claim, node)})
 
