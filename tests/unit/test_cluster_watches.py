@@ -11,8 +11,13 @@ from mountwarden.adapters.pods import (
     placements_of_list,
     pod_entries,
     pod_page_entries,
+    rollout_pods_of_list,
 )
 from mountwarden.adapters.watches import ReducedWatch, reduce_json_page
+from mountwarden.adapters.workloads import slim_volumes
+from mountwarden.core.adoption import CandidateVolume
+from mountwarden.core.networkstorage import NetworkVolume
+from mountwarden.core.rollout import Pod, Volume, WorkloadRef
 from mountwarden.handlers.indexes import CLAIM_INDEXES, VOLUME_INDEXES, claim_entries, volume_entries
 
 
@@ -143,6 +148,79 @@ def test_a_pod_lists_page_files_exactly_what_each_of_its_pods_files_alone(token)
     assert (kept["uid-db-0"].workload, kept["uid-db-0"].controlled) == ("StatefulSet/db", True)
 
 
+ROLLOUT_PODS = [
+    *WIRE_PODS,
+    {"metadata": {"name": "starting", "namespace": "shop", "uid": "uid-starting", "labels": {"app": "web"},
+                  "deletionTimestamp": ""},
+     "spec": {"nodeName": "node-1", "volumes": [{"name": "a", "persistentVolumeClaim": {"claimName": "x"}},
+                                                {"name": "b", "persistentVolumeClaim": {"claimName": "x"}},
+                                                {"name": "scratch", "emptyDir": {}}]},
+     "status": {"phase": "Running", "startTime": "2026-12-04T10:00:00Z", "podIP": "10.0.0.7",
+                "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "False"},
+                               {"type": "ContainersReady", "status": "True"}],
+                "containerStatuses": [{"name": "app", "ready": False, "restartCount": 0}]}},
+    {"metadata": {"name": "no-phase", "uid": "uid-no-phase"}, "status": {"phase": None, "conditions": None}},
+    {"metadata": {"name": "done", "namespace": "shop", "uid": "uid-done"}, "spec": None,
+     "status": {"phase": "Succeeded", "conditions": [{"type": "Ready", "status": "True", "reason": "PodCompleted"}]}},
+]
+
+
+def test_a_rollouts_pod_list_reads_every_pod_as_pod_from_object_does():
+    """The rollout decodes only the fields its Pod keeps: each must equal what the whole object gives."""
+    data = json.dumps({"kind": "PodList", "metadata": {"resourceVersion": "7"}, "items": ROLLOUT_PODS}).encode()
+    decoded = rollout_pods_of_list(data)
+    assert decoded == [Pod.from_object(obj) for obj in ROLLOUT_PODS]
+    by_name = {pod.name: pod for pod in decoded}
+    assert (by_name["starting"].ready, by_name["starting"].terminating, by_name["starting"].claims) == (
+        False, False, {"x": "b"})
+    assert by_name["web-5d8f7c9b6-abcde"].owner == WorkloadRef("ReplicaSet", "shop", "web-5d8f7c9b6")
+    assert (by_name["no-phase"].phase, by_name["no-phase"].namespace) == (None, "")
+    assert rollout_pods_of_list(b'{"metadata": {}, "items": null}') == []
+
+
 def test_a_pod_list_page_that_is_not_a_list_fails_by_name():
     with pytest.raises(msgspec.ValidationError, match="uid"):
         pod_page_entries(json.dumps({"metadata": {}, "items": [{"metadata": {"name": "no-uid"}}]}).encode())
+
+
+ROLLOUT_PVS = [
+    {"metadata": {"name": "nfs-bound", "uid": "u1", "resourceVersion": "11", "labels": {"team": "shop"},
+                  "annotations": {"mountwarden.io/applied-version": "p-v2",
+                                  "mountwarden.io/previous-mount-options": '["hard","actimeo=3"]',
+                                  "mountwarden.io/adopted-by": "p",
+                                  "kubectl.kubernetes.io/last-applied-configuration": '{"kind":"PersistentVolume"}'},
+                  "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]},
+     "spec": {"storageClassName": "p-v1", "mountOptions": ["hard", "nfsvers=4.1"], "capacity": {"storage": "1Gi"},
+              "claimRef": {"kind": "PersistentVolumeClaim", "namespace": "shop", "name": "a", "uid": "c1"},
+              "nfs": {"server": "fs-0123456789abcdef0.efs.eu-west-1.amazonaws.com", "path": "/"}},
+     "status": {"phase": "Bound", "lastPhaseTransitionTime": "2026-12-04T10:00:00Z"}},
+    {"metadata": {"name": "efs-csi", "annotations": {"pv.kubernetes.io/provisioned-by": "efs.csi.aws.com"}},
+     "spec": {"storageClassName": "efs", "csi": {"driver": "efs.csi.aws.com", "volumeHandle": "fs-0abc1234::fsap-1",
+                                                 "fsType": "nfs"},
+              "claimRef": {"namespace": "data", "name": "b"}},
+     "status": {"phase": "Released"}},
+    {"metadata": {"name": "nfs-csi", "labels": None, "annotations": None},
+     "spec": {"storageClassName": None, "mountOptions": None, "claimRef": None,
+              "csi": {"driver": "nfs.csi.k8s.io", "volumeHandle": "nas#share#",
+                      "volumeAttributes": {"server": "nas", "share": "/exports/a"}}}},
+    {"metadata": {"name": "block"}, "spec": {"storageClassName": "gp3", "csi": {"driver": "ebs.csi.aws.com",
+                                                                                "volumeHandle": "vol-1"}}},
+    {"metadata": {"name": "bare"}},
+]
+
+
+@pytest.mark.parametrize("drivers", [(), ("nfs.csi.k8s.io",)])
+def test_a_rollouts_pv_list_keeps_every_field_its_readers_read(drivers):
+    """The rollout keeps each PV slim: Volume, CandidateVolume and NetworkVolume must read from it what they read
+    from the whole object."""
+    slim = slim_volumes(json.dumps({"kind": "PersistentVolumeList", "items": ROLLOUT_PVS}).encode())
+    assert [Volume.from_object(pv) for pv in slim] == [Volume.from_object(pv) for pv in ROLLOUT_PVS]
+    assert [CandidateVolume.from_object(pv, drivers) for pv in slim] == [
+        CandidateVolume.from_object(pv, drivers) for pv in ROLLOUT_PVS]
+    assert [NetworkVolume.from_object(pv, drivers) for pv in slim] == [
+        NetworkVolume.from_object(pv, drivers) for pv in ROLLOUT_PVS]
+    assert "managedFields" not in slim[0]["metadata"]
+    assert list(slim[0]["metadata"]["annotations"]) == [
+        "mountwarden.io/applied-version", "mountwarden.io/previous-mount-options", "mountwarden.io/adopted-by"]
+    assert Volume.from_object(slim[0]).claim == ("shop", "a")
+    assert NetworkVolume.from_object(slim[1], drivers).file_system_id == "fs-0abc1234"

@@ -14,14 +14,19 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import kubernetes
+import msgspec
 from kubernetes.client import ApiClient, ApiException
 
 from mountwarden.adapters.kube import transient_errors
+from mountwarden.adapters.pods import rollout_pods_of_list
 from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.nodemountreport import PLURAL as REPORTS
 from mountwarden.api.nodemountreport import UnreadableReport, read_node_report
+from mountwarden.core.networkstorage import PROVISIONED_BY
 from mountwarden.core.node.report import NodeReport
 from mountwarden.core.rollout import (
+    APPLIED_VERSION_ANNOTATION,
+    PREVIOUS_OPTIONS_ANNOTATION,
     Autoscaler,
     DisruptionBudget,
     PatchVolume,
@@ -35,6 +40,7 @@ from mountwarden.core.rollout import (
     World,
     controller_of,
 )
+from mountwarden.core.storageclass import ADOPTED_BY_ANNOTATION
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +68,71 @@ def _refusal(error: ApiException) -> str:
     return " ".join([status.get("message") or error.reason or "", *causes]).strip()
 
 
+# -- the PVs a rollout reads, kept only as far as Volume, CandidateVolume and NetworkVolume read them --
+# A whole PV list decoded with json.loads is some 5 KiB of dicts per PV (managed fields, the
+# last-applied annotation); a tick holds it while it reads every namespace.
+
+
+class _Annotations(msgspec.Struct, omit_defaults=True):
+    applied_version: str | None = msgspec.field(default=None, name=APPLIED_VERSION_ANNOTATION)
+    previous_options: str | None = msgspec.field(default=None, name=PREVIOUS_OPTIONS_ANNOTATION)
+    adopted_by: str | None = msgspec.field(default=None, name=ADOPTED_BY_ANNOTATION)
+    provisioned_by: str | None = msgspec.field(default=None, name=PROVISIONED_BY)
+
+
+class _VolumeMetadata(msgspec.Struct, omit_defaults=True):
+    name: str
+    resourceVersion: str | None = None
+    labels: dict[str, str] | None = None
+    annotations: _Annotations | None = None
+
+
+class _ClaimRef(msgspec.Struct, omit_defaults=True):
+    namespace: str | None = None
+    name: str | None = None
+
+
+class _NfsSource(msgspec.Struct, omit_defaults=True):
+    server: str | None = None
+    path: str | None = None
+
+
+class _CsiSource(msgspec.Struct, omit_defaults=True):
+    driver: str | None = None
+    volumeHandle: str | None = None
+    volumeAttributes: dict[str, str] | None = None
+
+
+class _VolumeSpec(msgspec.Struct, omit_defaults=True):
+    storageClassName: str | None = None
+    mountOptions: list[str] | None = None
+    claimRef: _ClaimRef | None = None
+    nfs: _NfsSource | None = None
+    csi: _CsiSource | None = None
+
+
+class _VolumeStatus(msgspec.Struct, omit_defaults=True):
+    phase: str | None = None
+
+
+class _PersistentVolume(msgspec.Struct, omit_defaults=True):
+    metadata: _VolumeMetadata
+    spec: _VolumeSpec | None = None
+    status: _VolumeStatus | None = None
+
+
+class _VolumeList(msgspec.Struct):
+    items: list[_PersistentVolume] | None = None
+
+
+_VOLUME_LIST = msgspec.json.Decoder(_VolumeList)
+
+
+def slim_volumes(data: bytes) -> list[dict]:
+    """A PV list as the API server sent it, each PV with only the fields the rollout's readers read (wire form)."""
+    return [msgspec.to_builtins(pv) for pv in _VOLUME_LIST.decode(data).items or ()]
+
+
 def _items(response, kind: str) -> list[dict]:
     # List items carry no kind; Workload.from_object needs it.
     return [{**item, "kind": kind} for item in json.loads(response.data)["items"]]
@@ -83,7 +154,7 @@ class ClusterWorkloads:
         """The PVs of the classes in ``lineage`` (and those ``also`` picks from the listed PVs, by name: the ones a
         profile adopts) and everything that mounts them."""
         with transient_errors():
-            pvs = _items(self.core.list_persistent_volume(_preload_content=False), "PersistentVolume")
+            pvs = slim_volumes(self.core.list_persistent_volume(_preload_content=False).data)
         picked = set(also(pvs)) if also is not None else set()
         volumes = tuple(Volume.from_object(pv) for pv in pvs if (pv.get("spec") or {}).get("storageClassName")
                         in lineage or pv["metadata"]["name"] in picked)
@@ -113,8 +184,7 @@ class ClusterWorkloads:
                                      ("DaemonSet", self.apps.list_namespaced_daemon_set))
                 for obj in _items(lister(namespace, _preload_content=False), kind)
             ]
-            pods = [Pod.from_object(obj) for obj in _items(
-                self.core.list_namespaced_pod(namespace, _preload_content=False), "Pod")]
+            pods = rollout_pods_of_list(self.core.list_namespaced_pod(namespace, _preload_content=False).data)
             owner_kinds = {pod.owner.kind for pod in pods if pod.owner}
             parents: dict[WorkloadRef, WorkloadRef | None] = {}
             if "ReplicaSet" in owner_kinds:
