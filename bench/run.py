@@ -40,6 +40,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "realnode": (["bench/realnode.py"], ["bench/realnode.py"]),
     "image": (["bench/image.py"], ["bench/image.py", "--skip-cold"]),
     "unit": (["bench/unit.py"], ["bench/unit.py"]),
+    "indexes": (["bench/indexes.py"], ["bench/indexes.py", "--pods", "2000", "--pvs", "500"]),
 }
 
 #: The figures a script can find by name, and the benchmark that measures each.
@@ -70,6 +71,8 @@ HEADLINE = {
     "image_build_warm_s": "image",
     "operator_start_s": "image",
     "make_unit_s": "unit",
+    "index_bytes_per_pod": "indexes",
+    "index_bytes_per_pv": "indexes",
 }
 #: The upper bounds of issue 14's goals, tightened by issue 29's (memory, Ready, the webhook's p50 under load, the
 #: unit suite), for the figures that have one.

@@ -30,7 +30,8 @@ def test_what_the_first_lists_filed_is_frozen_out_of_the_garbage_collectors_walk
     frozen_before = gc.get_freeze_count()
     try:
         asyncio.run(follow_cluster(memo, logging.getLogger(__name__)))
-        filed = memo.watches.volumes._filed[created.metadata.uid]  # what the first list of PVs filed for it
+        # What the first list of PVs filed for it (the one holder of its claim's entry, under its name).
+        filed = memo.watches.volumes.indexes["claims_by_volume"]._store[created.metadata.name]
         assert gc.is_tracked(filed)
         assert gc.get_freeze_count() > frozen_before
         # gc.get_objects() lists what a collection walks: the generations, not the frozen objects.

@@ -70,6 +70,40 @@ def test_listeners_hear_what_changed_and_only_that():
     assert heard == [("uid-a", set(), filed), ("uid-a", filed, set())]
 
 
+def test_a_key_filed_by_several_answers_each_in_the_order_they_came_and_keeps_the_rest_when_one_goes():
+    volumes = ReducedWatch("persistentvolumes", None, volume_entries, VOLUME_INDEXES)
+    volumes.load({"uid-a": volume_entries(pv("a")), "uid-b": volume_entries(pv("b"))})
+    by_class = volumes.indexes["volumes_by_class"]
+    assert by_class.get("scratch-v1") == ("a", "b")
+    volumes.apply("uid-c", volume_entries(pv("c")))
+    volumes.apply("uid-a", {})
+    assert by_class.get("scratch-v1") == ("b", "c") and by_class["scratch-v1"] == ("b", "c")
+    volumes.apply("uid-b", {})
+    assert by_class.get("scratch-v1") == ("c",)
+    volumes.apply("uid-b", volume_entries(pv("b")))  # back after the key was down to one filer
+    assert by_class.get("scratch-v1") == ("c", "b")
+    volumes.apply("uid-c", volume_entries(pv("c", storage_class="scratch-v2")))
+    assert dict(by_class) == {"scratch-v1": ("b",), "scratch-v2": ("c",)}
+    assert volumes.entries_of("uid-c") == volume_entries(pv("c", storage_class="scratch-v2"))
+    assert volumes.entries_of("uid-a") == {} and len(volumes) == 2
+
+
+def test_a_relist_tells_listeners_only_what_changed_while_the_watch_was_away():
+    volumes = ReducedWatch("persistentvolumes", None, volume_entries, VOLUME_INDEXES)
+    volumes.load({"uid-a": volume_entries(pv("a")), "uid-b": volume_entries(pv("b")),
+                  "uid-c": volume_entries(pv("c"))})
+    heard = []
+    volumes.listeners.append(lambda uid, before, after: heard.append((uid, before, after)))
+    moved = volume_entries(pv("b", storage_class="scratch-v2"))
+    volumes.load({"uid-a": volume_entries(pv("a")), "uid-b": moved, "uid-d": volume_entries(pv("d"))})
+    assert sorted(heard, key=lambda told: told[0]) == [
+        ("uid-b", volume_entries(pv("b")), moved),
+        ("uid-c", volume_entries(pv("c")), {}),
+        ("uid-d", {}, volume_entries(pv("d"))),
+    ]
+    assert volumes.indexes["volumes_by_class"].get("scratch-v1") == ("a", "d")
+
+
 def test_a_pv_on_network_storage_files_what_it_is_and_an_adopted_one_its_adopter():
     nfs = {**pv("a"), "spec": {**pv("a")["spec"], "nfs": {"server": "fs-0123456789abcdef0.efs.eu-west-1.amazonaws.com",
                                                            "path": "/"}, "mountOptions": ["sync"]}}

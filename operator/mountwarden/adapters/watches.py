@@ -20,7 +20,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from typing import Any
 
 import kubernetes
@@ -52,21 +52,36 @@ def reduce_json_page(data: bytes, reduce: Reducer) -> ReducedPage:
     return entries, metadata.get("continue"), metadata.get("resourceVersion", "")
 
 
+class _Sole:
+    """The one value filed under a key: most keys of these indexes (a pod's UID, a PV's name) have one filer, and
+    a pair of slots costs a quarter of a one-entry dict."""
+
+    __slots__ = ("uid", "value")
+
+    def __init__(self, uid: str, value: Any) -> None:
+        self.uid = uid
+        self.value = value
+
+
 class Index(Mapping):
     """key -> the values filed under it, as a tuple (a copy, made under the lock the watch thread writes under)."""
 
     def __init__(self, lock: threading.Lock) -> None:
-        self._store: dict[Hashable, dict[str, Any]] = {}
+        self._store: dict[Hashable, _Sole | dict[str, Any]] = {}
         self._lock = lock
+
+    @staticmethod
+    def _values(found: _Sole | dict[str, Any]) -> tuple:
+        return (found.value,) if isinstance(found, _Sole) else tuple(found.values())
 
     def __getitem__(self, key: Hashable) -> tuple:
         with self._lock:
-            return tuple(self._store[key].values())
+            return self._values(self._store[key])
 
     def get(self, key: Hashable, default: Any = None) -> Any:
         with self._lock:
             found = self._store.get(key)
-            return tuple(found.values()) if found is not None else default
+            return self._values(found) if found is not None else default
 
     def __contains__(self, key: object) -> bool:
         return key in self._store
@@ -80,15 +95,33 @@ class Index(Mapping):
 
     def _file(self, uid: str, entries: Mapping[Hashable, Any]) -> None:
         for key, value in entries.items():
-            self._store.setdefault(key, {})[uid] = value
+            found = self._store.get(key)
+            if found is None:
+                self._store[key] = _Sole(uid, value)
+            elif isinstance(found, _Sole):
+                self._store[key] = {found.uid: found.value, uid: value}
+            else:
+                found[uid] = value
 
-    def _unfile(self, uid: str, entries: Mapping[Hashable, Any]) -> None:
-        for key in entries:
-            filed = self._store.get(key)
-            if filed is not None:
-                filed.pop(uid, None)
-                if not filed:
+    def _unfile(self, uid: str, keys: Iterable[Hashable]) -> None:
+        for key in keys:
+            found = self._store.get(key)
+            if isinstance(found, _Sole):
+                if found.uid == uid:
                     del self._store[key]
+            elif found is not None:
+                found.pop(uid, None)
+                if len(found) == 1:
+                    (sole_uid, value), = found.items()
+                    self._store[key] = _Sole(sole_uid, value)
+
+    def _filed_by(self, uid: str, keys: Iterable[Hashable]) -> dict[Hashable, Any]:
+        """What ``uid`` filed under ``keys``, as its reducer gave it."""
+        filed = {}
+        for key in keys:
+            found = self._store[key]
+            filed[key] = found.value if isinstance(found, _Sole) else found[uid]
+        return filed
 
 
 class ReducedWatch:
@@ -108,7 +141,10 @@ class ReducedWatch:
         self.indexes: dict[str, Index] = {name: Index(self._lock) for name in names}
         self.listeners: list[Listener] = []
         self.synced = threading.Event()
-        self._filed: dict[str, Entries] = {}
+        self._names = names
+        #: uid -> the keys it filed under, in each index of ``names`` (in that order): enough to unfile it, and
+        #: its entries are in the indexes themselves, so none is held twice.
+        self._filed: dict[str, tuple[tuple[Hashable, ...], ...]] = {}
         self._stop = threading.Event()
         self._watch: kubernetes.watch.Watch | None = None
         self._thread: threading.Thread | None = None
@@ -132,34 +168,46 @@ class ReducedWatch:
 
     # -- filing ----------------------------------------------------------------------------------
 
+    def entries_of(self, uid: str) -> Entries:
+        """What ``uid`` files now (the indexes it files nothing in left out)."""
+        with self._lock:
+            return self._entries_of(uid)
+
     def load(self, objects: Mapping[str, Entries]) -> None:
         """Hold exactly what ``objects`` (uid -> entries, a whole list's worth) file; answers are whole from now."""
         with self._lock:
-            before, self._filed = self._filed, {}
+            before = {uid: self._entries_of(uid) for uid in self._filed} if self.listeners else {}
+            self._filed = {}
             for index in self.indexes.values():
                 index._store.clear()
             for uid, entries in objects.items():
                 self._file(uid, entries)
         self.synced.set()
-        for uid in before.keys() | objects.keys():
-            if before.get(uid, {}) != objects.get(uid, {}):
-                self._tell(uid, before.get(uid, {}), objects.get(uid, {}))
+        if self.listeners:
+            for uid in before.keys() | objects.keys():
+                after = _kept(objects.get(uid, {}))
+                if before.get(uid, {}) != after:
+                    self._tell(uid, before.get(uid, {}), after)
 
     def apply(self, uid: str, entries: Entries) -> None:
         """One object changed ({} when it is gone or files nothing any more)."""
         with self._lock:
-            before = self._filed.pop(uid, {})
-            for name, filed in before.items():
-                self.indexes[name]._unfile(uid, filed)
+            before = self._entries_of(uid)
+            for name, keys in zip(self._names, self._filed.pop(uid, ()), strict=False):
+                self.indexes[name]._unfile(uid, keys)
             self._file(uid, entries)
-        if before != entries:
-            self._tell(uid, before, entries)
+        after = _kept(entries)
+        if before != after:
+            self._tell(uid, before, after)
+
+    def _entries_of(self, uid: str) -> Entries:
+        return {name: self.indexes[name]._filed_by(uid, keys)
+                for name, keys in zip(self._names, self._filed.get(uid, ()), strict=False) if keys}
 
     def _file(self, uid: str, entries: Entries) -> None:
-        kept = {name: filed for name, filed in entries.items() if filed}
-        if kept:
-            self._filed[uid] = kept
-            for name, filed in kept.items():
+        if any(entries.values()):
+            self._filed[uid] = tuple(tuple(entries.get(name) or ()) for name in self._names)
+            for name, filed in _kept(entries).items():
                 self.indexes[name]._file(uid, filed)
 
     def _tell(self, uid: str, before: Entries, after: Entries) -> None:
@@ -206,6 +254,10 @@ class ReducedWatch:
                 if event["type"] != "BOOKMARK":
                     uid = obj["metadata"]["uid"]
                     self.apply(uid, {} if event["type"] == "DELETED" else self.reduce(obj))
+
+
+def _kept(entries: Entries) -> Entries:
+    return {name: filed for name, filed in entries.items() if filed}
 
 
 #: How a resource is kept: its reducer, its indexes' names and, optionally, its page reducer (see ReducedWatch).
