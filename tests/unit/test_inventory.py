@@ -2,6 +2,8 @@
 or not, the options three ways and where they disagree, each pod volume judged; and its two renderings, the
 NetworkFileSystem object and `mountwarden inventory`."""
 
+import gc
+import weakref
 from datetime import UTC, datetime, timedelta
 
 from tests.support import read_report
@@ -115,6 +117,22 @@ def test_every_volume_is_filed_under_its_file_system_governed_or_not():
     assert (summary["volumes"], summary["governed"], summary["ungoverned"], summary["adoptionPending"]) == (3, 1, 2, 1)
     assert (summary["pods"], summary["nodes"]) == (4, 2)
     assert [inline.volume_name for inline in nas.inline] == ["scratch"]
+
+
+def test_an_inventory_is_freed_as_soon_as_nothing_holds_it_without_a_collection():
+    """The operator takes one every pass, with automatic collections off (handlers/collector.py): a reference cycle
+    in it would keep each one until a full collection."""
+    result = inventory(day_one())
+    file_systems = [weakref.ref(fs) for fs in result.file_systems]
+    assert any(fs().volumes for fs in file_systems)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        del result
+        assert [fs() for fs in file_systems] == [None, None]
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def test_governed_volumes_are_judged_by_their_profile_and_the_others_by_the_baseline():

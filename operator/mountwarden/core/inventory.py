@@ -70,7 +70,7 @@ def _said(options: Sequence[str]) -> str:
     return ",".join(normalize(list(options), observed=True).mount_options) or "(none)"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per pod volume, every pass
 class PodVolume:
     """One pod using one volume: where, with what in effect, and its verdict."""
 
@@ -93,15 +93,13 @@ class PodVolume:
                 "findings": [str(finding.reason) for finding in self.findings if finding.counts]}
 
 
-@dataclass
+@dataclass(slots=True)
 class VolumeView:
     volume: NetworkVolume
     class_options: tuple[str, ...] | None
     governed_by: str | None
     adoption: dict | None
     pods: list[PodVolume] = field(default_factory=list)
-    #: The file system it is filed under.
-    fs: "FileSystemView | None" = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict:
         volume = self.volume
@@ -300,7 +298,10 @@ def take_inventory(facts: ClusterFacts, *, now: datetime, stale_after: timedelta
     file_systems = _FileSystems()
     # Volumes, each under its file system, with its pods: a governed one's judged by its profile now, the others
     # by the baseline below, all at once (a PV's writers are counted across the nodes).
-    views: dict[str, VolumeView] = {}
+    # Each volume's view and the file system it is filed under, while the inventory is taken. Not a field of the
+    # view: a view pointing back at its file system made every inventory a reference cycle, which only a full
+    # collection frees (the scale bench's census held four inventories at once).
+    views: dict[str, tuple[VolumeView, FileSystemView]] = {}
     ungoverned: list[UngovernedMount] = []
     governed: list[tuple[FileSystemView, str, Verdict]] = []
     for name in sorted(volumes):
@@ -313,8 +314,8 @@ def take_inventory(facts: ClusterFacts, *, now: datetime, stale_after: timedelta
         fs = file_systems.of(key, efs)
         fs.servers |= servers | ({volume.server} if volume.server else set())
         governed_by = governor(volume)
-        view = views[name] = VolumeView(volume, cls.mount_options if cls else None, governed_by,
-                                        _adoption(volume, adopters), fs=fs)
+        view = VolumeView(volume, cls.mount_options if cls else None, governed_by, _adoption(volume, adopters))
+        views[name] = (view, fs)
         fs.volumes.append(view)
         if cls is not None:
             fs.classes.setdefault(cls.name, ClassView(cls)).volumes += 1
@@ -371,7 +372,8 @@ def take_inventory(facts: ClusterFacts, *, now: datetime, stale_after: timedelta
     return Inventory(sorted(file_systems.values(), key=lambda fs: fs.name), notes, now)
 
 
-def _file_baseline(verdict: BaselineVerdict | None, findings: Sequence[Finding], views: Mapping[str, VolumeView],
+def _file_baseline(verdict: BaselineVerdict | None, findings: Sequence[Finding],
+                   views: Mapping[str, tuple[VolumeView, FileSystemView]],
                    file_systems: _FileSystems, mount: UngovernedMount | None = None) -> None:
     """One ungoverned pod volume's verdict, under its volume (or, in-line, its server), its findings under its file
     system."""
@@ -385,9 +387,8 @@ def _file_baseline(verdict: BaselineVerdict | None, findings: Sequence[Finding],
     pod_volume = PodVolume(mount.pod, mount.pod_uid, mount.node, BASELINE, state, reason,
                            mount.mount.effective_options, tuple(findings), message)
     if mount.persistent:
-        view = views[mount.volume_name]
+        view, fs = views[mount.volume_name]
         view.pods.append(pod_volume)
-        fs = view.fs
     else:
         fs = file_systems.of(efs_file_system_of(mount.mount.server) or mount.mount.server or "unknown", mount.efs)
         if mount.mount.server:
