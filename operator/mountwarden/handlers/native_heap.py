@@ -7,9 +7,9 @@ eight per core) and keeps what is freed in each for that arena's reuse rather th
 ``limit_arenas`` caps the arenas (glibc's M_ARENA_MAX), before the threads start; ``give_back_free_memory`` asks
 glibc to hand the free pages of every arena back (``malloc_trim``), once the first lists are in. Not after each of
 the timers' bursts: a trim holds each arena's lock while it walks it, and the webhook's thread allocates from one of
-the two. The gain is modest: the scale bench's peak at 20,000 pods went from 446 to 421 MiB (one run each), and
-at 100,000 pods the operator still holds 97% of its peak at the end (bench/results/scale_100k.json): most of it
-is live. Elsewhere than on glibc both do nothing and say so.
+the two. The gain is modest: the scale bench's peak at 20,000 pods went from 446 to 421 MiB (one run each). A fixed
+mmap threshold (MALLOC_MMAP_THRESHOLD_=256 KiB, MALLOC_TRIM_THRESHOLD_=1 MiB) gained no more: 393 against 409 MiB,
+one run each. Elsewhere than on glibc both do nothing and say so.
 """
 
 import ctypes
