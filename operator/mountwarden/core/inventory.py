@@ -299,8 +299,8 @@ def take_inventory(facts: ClusterFacts, *, now: datetime, stale_after: timedelta
     # Volumes, each under its file system, with its pods: a governed one's judged by its profile now, the others
     # by the baseline below, all at once (a PV's writers are counted across the nodes).
     # Each volume's view and the file system it is filed under, while the inventory is taken. Not a field of the
-    # view: a view pointing back at its file system made every inventory a reference cycle, which only a full
-    # collection frees (the scale bench's census held four inventories at once).
+    # view: a view pointing back at its file system made every inventory a reference cycle, which reference counting
+    # cannot free (the scale bench's census at 20,000 pods found 80,000 pod volumes alive).
     views: dict[str, tuple[VolumeView, FileSystemView]] = {}
     ungoverned: list[UngovernedMount] = []
     governed: list[tuple[FileSystemView, str, Verdict]] = []
