@@ -1,6 +1,7 @@
 """The indexes of pods, PVs and claims the operator keeps outside kopf: what each object files, and unfiles."""
 
 import json
+from datetime import UTC, datetime
 
 import msgspec
 import pytest
@@ -199,16 +200,32 @@ ROLLOUT_PODS = [
 ]
 
 
-def test_a_rollouts_pod_list_reads_every_pod_as_pod_from_object_does():
-    """The rollout decodes only the fields its Pod keeps: each must equal what the whole object gives."""
+def test_a_rollouts_pod_list_reads_each_field_its_pods_keep_from_the_wire_form():
+    """The rollout decodes only the fields its Pod keeps, from every shape a pod list may hold them in."""
     data = json.dumps({"kind": "PodList", "metadata": {"resourceVersion": "7"}, "items": ROLLOUT_PODS}).encode()
-    decoded = rollout_pods_of_list(data)
-    assert decoded == [Pod.from_object(obj) for obj in ROLLOUT_PODS]
-    by_name = {pod.name: pod for pod in decoded}
-    assert (by_name["starting"].ready, by_name["starting"].terminating, by_name["starting"].claims) == (
-        False, False, {"x": "b"})
-    assert by_name["web-5d8f7c9b6-abcde"].owner == WorkloadRef("ReplicaSet", "shop", "web-5d8f7c9b6")
-    assert (by_name["no-phase"].phase, by_name["no-phase"].namespace) == (None, "")
+    web_rs = WorkloadRef("ReplicaSet", "shop", "web-5d8f7c9b6")
+    started = datetime(2026, 12, 4, 10, tzinfo=UTC)
+    # namespace, name, uid, node, phase, ready, terminating, started_at, claims (claim -> volume), owner, labels
+    assert rollout_pods_of_list(data) == [
+        Pod("data", "claims", "uid-claims", "node-1", "Pending", False, False, None, {"db": "db", "cache": "cache"}),
+        Pod("data", "inline-nfs", "uid-inline-nfs", "node-1", "Pending", False, False, None, {}),
+        Pod("data", "nothing", "uid-nothing", "node-1", "Pending", False, False, None, {}),
+        Pod("data", "unscheduled", "uid-unscheduled", None, "Pending", False, False, None, {"d": "d"}),
+        Pod("data", "inline-csi", "uid-csi", "node-1", "Pending", False, False, None, {}),
+        # Only the controller among its owners; a deletionTimestamp makes it terminating, whatever its phase.
+        Pod("shop", "web-5d8f7c9b6-abcde", "uid-web", "node-2", "Running", True, True, None, {"uploads": "d"},
+            web_rs, {"app": "web", "pod-template-hash": "5d8f7c9b6"}),
+        Pod("shop", "db-0", "uid-db-0", "node-3", "Pending", False, False, None, {"data-db-0": "d"},
+            WorkloadRef("StatefulSet", "shop", "db")),
+        Pod("shop", "bare", "uid-bare", None, "Pending", False, False, None, {}),
+        # An empty deletionTimestamp is none; Ready is the Ready condition only; two volumes of one claim: the last.
+        Pod("shop", "starting", "uid-starting", "node-1", "Running", False, False, started, {"x": "b"}, None,
+            {"app": "web"}),
+        Pod("", "no-phase", "uid-no-phase", None, None, False, False, None, {}),
+        Pod("shop", "done", "uid-done", None, "Succeeded", True, False, None, {}),
+    ]
+    live = [pod.name for pod in rollout_pods_of_list(data) if pod.live]
+    assert "web-5d8f7c9b6-abcde" not in live and "done" not in live and "starting" in live
     assert rollout_pods_of_list(b'{"metadata": {}, "items": null}') == []
 
 

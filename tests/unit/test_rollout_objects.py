@@ -1,10 +1,12 @@
 """The rollout planner's view of Kubernetes objects (their wire form), its actions, and the dry-run plan."""
 
+import json
 from datetime import UTC, datetime
 
 import pytest
 from tests.support import read_report
 
+from mountwarden.adapters.pods import rollout_pods_of_list
 from mountwarden.core.rollout import (
     Autoscaler,
     PatchVolume,
@@ -42,8 +44,14 @@ def test_a_released_volume_has_no_claim():
     assert pv.claim is None and pv.mount_options == () and pv.previous_options == ()
 
 
+def pod_read(obj: dict) -> Pod:
+    """A pod as a rollout tick reads it: one item of a pod list, as the API server sends it."""
+    (pod,) = rollout_pods_of_list(json.dumps({"kind": "PodList", "items": [obj]}).encode())
+    return pod
+
+
 def test_a_pod_knows_its_claims_owner_readiness_and_start():
-    p = Pod.from_object({
+    p = pod_read({
         "metadata": {"name": "a-1", "namespace": "shop", "uid": "u1",
                      "ownerReferences": [{"kind": "ReplicaSet", "name": "a-rs", "controller": True}]},
         "spec": {"nodeName": "n1", "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "a"}},
@@ -57,8 +65,8 @@ def test_a_pod_knows_its_claims_owner_readiness_and_start():
 
 
 def test_a_pending_deleted_pod_is_not_live():
-    p = Pod.from_object({"metadata": {"name": "a", "namespace": "shop", "uid": "u",
-                                      "deletionTimestamp": "2026-03-01T12:00:00Z"}, "spec": {}, "status": {}})
+    p = pod_read({"metadata": {"name": "a", "namespace": "shop", "uid": "u",
+                               "deletionTimestamp": "2026-03-01T12:00:00Z"}, "spec": {}, "status": {}})
     assert (p.terminating, p.ready, p.started_at, p.owner, p.live) == (True, False, None, None, False)
 
 

@@ -120,7 +120,7 @@ def _placement_of(pod: _Pod) -> PodPlacement | None:
                         metadata.deletionTimestamp, controller is not None, sys.intern(workload))
 
 
-# -- the pods a rollout reads: every field of core.rollout.Pod (Pod.from_object reads the same) ---------
+# -- the pods a rollout reads: every field of core.rollout.Pod, and nothing else -----------------------------
 # A rollout tick lists whole namespaces; decoded with json.loads, a namespace of 2,000 pods was 34 MiB of
 # dicts for an instant (4 MiB decoded here; tracemalloc, 2026-12-04), and the C heap keeps what it once held.
 
@@ -187,7 +187,7 @@ def _rollout_pod(pod: _RolloutPod) -> Pod:
 
 
 def rollout_pods_of_list(data: bytes) -> list[Pod]:
-    """A pod list as the API server sent it, as a rollout reads pods (the same as Pod.from_object of each item)."""
+    """A pod list as the API server sent it, each pod as a rollout reads it (core.rollout.Pod)."""
     return [_rollout_pod(pod) for pod in _ROLLOUT_POD_LIST.decode(data).items or ()]
 
 

@@ -184,6 +184,8 @@ class Volume:
 
 @dataclass(frozen=True, slots=True)
 class Pod:
+    """A pod as a rollout reads it (adapters.pods.rollout_pods_of_list decodes a pod list into these)."""
+
     namespace: str
     name: str
     uid: str
@@ -202,31 +204,6 @@ class Pod:
     def live(self) -> bool:
         """Holding its mounts for the foreseeable future: not finished and not on its way out."""
         return not self.terminating and self.phase not in ("Succeeded", "Failed")
-
-    @staticmethod
-    def from_object(obj: Mapping) -> "Pod":
-        metadata = obj.get("metadata") or {}
-        spec = obj.get("spec") or {}
-        status = obj.get("status") or {}
-        claims = {
-            volume["persistentVolumeClaim"]["claimName"]: volume["name"]
-            for volume in spec.get("volumes") or []
-            if volume.get("persistentVolumeClaim")
-        }
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-        return Pod(
-            namespace=metadata.get("namespace", ""),
-            name=metadata["name"],
-            uid=metadata["uid"],
-            node=spec.get("nodeName"),
-            phase=status.get("phase", "Pending"),
-            ready=ready,
-            terminating=bool(metadata.get("deletionTimestamp")),
-            started_at=parse_time(status.get("startTime")),
-            claims=claims,
-            owner=controller_of(obj),
-            labels=dict(metadata.get("labels") or {}),
-        )
 
 
 @dataclass(frozen=True, slots=True)
