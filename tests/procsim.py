@@ -397,10 +397,14 @@ class ProcRootSimulator:
             self._stop.wait(self.interval)
 
     def tick(self) -> None:
-        volumes = {pv.metadata.name: pv for pv in self.core.list_persistent_volume().items}
+        # Pods first, then their claims and PVs: a PV read after the pod was seen has every change made before the
+        # pod was created, as the kubelet's read at mount time has. Read the other way round, a replica created by
+        # a restart could be mounted with the options its PV had before the patch that preceded the restart (a
+        # loaded CI run: the rollout then rightly paused on a superblock no real node would have made).
+        pods = [pod for pod in self.core.list_pod_for_all_namespaces().items if pod.spec.node_name in self.nodes]
         claims = {(c.metadata.namespace, c.metadata.name): c.spec.volume_name
                   for c in self.core.list_persistent_volume_claim_for_all_namespaces().items}
-        pods = [pod for pod in self.core.list_pod_for_all_namespaces().items if pod.spec.node_name in self.nodes]
+        volumes = {pv.metadata.name: pv for pv in self.core.list_persistent_volume().items}
         present = {pod.metadata.uid for pod in pods}
         for state in self.nodes.values():
             state.kernel.tick()

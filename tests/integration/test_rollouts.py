@@ -103,7 +103,17 @@ class Scenario:
         def reached():
             rollout = self.rollout()
             return rollout if rollout.get("phase") == phase and rollout.get("targetStorageClassName") == target else None
-        return wait_for(reached, timeout=timeout, interval=0.5, what=f"rollout {phase} to {target}")
+        return wait_for(reached, timeout=timeout, interval=0.5,
+                        what=lambda: f"rollout {phase} to {target} (the rollout as it stands: {self.described()})")
+
+    def described(self) -> str:
+        """The rollout's phase and each workload's state, reason and message: what a timed-out wait was stuck on."""
+        rollout = self.rollout()
+        workloads = "; ".join(f"{w.get('kind')}/{w.get('name')} {w.get('state')} {w.get('reason')}: {w.get('message')}"
+                              for w in rollout.get("workloads") or [])
+        pods = ", ".join(f"{p.metadata.name} {p.status.phase}{' terminating' if p.metadata.deletion_timestamp else ''}"
+                         for p in self.kube.core.list_namespaced_pod(self.namespace).items)
+        return f"{rollout.get('phase')} to {rollout.get('targetStorageClassName')} [{workloads}]; pods: {pods}"
 
     def claim(self, name: str, storage_class: str, options: list[str], path: str | None = None) -> str:
         """A PVC bound to a static PV of the class, as if the class had provisioned it."""
