@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 
 import kubernetes
+import urllib3
 from kubernetes.client import ApiClient, ApiException
 
 from mountwarden.core.conditions import set_condition
@@ -49,6 +50,8 @@ def transient_errors() -> Iterator[None]:
         if error.status in TRANSIENT_STATUSES or (error.status or 0) >= 500:
             raise TransientApiError(error.status or 0, error.reason or str(error)) from error
         raise
+    except urllib3.exceptions.HTTPError as error:  # refused, reset, timed out, cut short: the client raises these
+        raise TransientApiError(0, f"no whole answer ({type(error).__name__}: {error})") from error
 
 
 def _json(response) -> dict:

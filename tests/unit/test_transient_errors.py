@@ -1,0 +1,63 @@
+"""Which failures of the API are worth retrying: the statuses that pass, and answers that never came whole.
+
+The rollout daemon retries a TransientApiError after a back-off and waits for the next event on anything else, so
+a connection refused or cut short must count as transient (a loaded CI run's tick would otherwise have waited for
+an event that never came).
+"""
+
+import socket
+import threading
+
+import kubernetes
+import pytest
+from kubernetes.client import ApiException
+
+from mountwarden.adapters.kube import TransientApiError, transient_errors
+
+
+def client_of(url: str) -> kubernetes.client.CoreV1Api:
+    configuration = kubernetes.client.Configuration()
+    configuration.host = url
+    configuration.retries = False
+    return kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(configuration))
+
+
+def test_a_refused_connection_is_transient():
+    with socket.socket() as closed:  # a port nobody listens on once closed
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    with pytest.raises(TransientApiError) as raised, transient_errors():
+        client_of(f"http://127.0.0.1:{port}").list_namespace(_request_timeout=5)
+    assert raised.value.status == 0 and "no whole answer" in str(raised.value)
+
+
+def test_an_answer_cut_short_is_transient():
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+
+        def answer_half() -> None:
+            connection, _ = server.accept()
+            with connection:
+                connection.recv(65536)
+                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 400\r\n\r\n"
+                                   b'{"kind": "NamespaceList", "items": [')
+
+        thread = threading.Thread(target=answer_half, daemon=True)
+        thread.start()
+        with pytest.raises(TransientApiError) as raised, transient_errors():
+            client_of(f"http://127.0.0.1:{server.getsockname()[1]}").list_namespace(_request_timeout=5)
+        thread.join(timeout=5)
+    assert raised.value.status == 0
+
+
+@pytest.mark.parametrize(("status", "transient"), [(409, True), (429, True), (500, True), (503, True), (404, False),
+                                                   (403, False), (422, False)])
+def test_statuses_that_pass_are_transient_and_the_others_go_through(status, transient):
+    def refused() -> None:
+        with transient_errors():
+            raise ApiException(status=status, reason="because")
+
+    with pytest.raises(TransientApiError if transient else ApiException) as raised:
+        refused()
+    assert getattr(raised.value, "status", None) == status
