@@ -879,6 +879,48 @@ def test_an_option_with_a_comma_is_recorded_whole_and_a_rollback_from_the_record
     assert case.pv(pv).spec.mount_options == labelled
 
 
+def test_a_tick_keeps_only_the_pods_of_its_claims_reading_the_namespace_in_pages(kube, namespace, unique):
+    """A tick reads the pods of its claims' namespaces page by page, keeps those that mount one of its claims, and
+    of the others only their names (or none, when it is handed the operator's names)."""
+    lineage = f"paged-{unique}-v1"
+    for claim, storage_class in (("mine", lineage), ("theirs", f"other-{unique}")):
+        pv = f"pv-paged-{unique}-{claim}"
+        kube.core.create_persistent_volume({
+            "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": storage_class,
+                     "persistentVolumeReclaimPolicy": "Retain", "mountOptions": STAGING,
+                     "nfs": {"server": "nfs.example", "path": f"/{unique}/{claim}"},
+                     "claimRef": {"namespace": namespace, "name": claim}}})
+        kube.core.create_namespaced_persistent_volume_claim(namespace, {
+            "metadata": {"name": claim},
+            "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": storage_class, "volumeName": pv,
+                     "resources": {"requests": {"storage": "1Gi"}}}})
+    try:
+        wait_for(lambda: all(kube.core.read_persistent_volume(f"pv-paged-{unique}-{claim}").status.phase == "Bound"
+                             for claim in ("mine", "theirs")), what="both PVs bound")
+        volumes = {"mine": [{"name": "d", "persistentVolumeClaim": {"claimName": "mine"}}],
+                   "theirs": [{"name": "d", "persistentVolumeClaim": {"claimName": "theirs"}}],
+                   "plain": [{"name": "d", "emptyDir": {}}]}
+        names = {"mine-0": "mine", "mine-1": "mine", "theirs-0": "theirs", "plain-0": "plain", "mine-2": "mine"}
+        uids = {}
+        for name, volume in names.items():
+            created = kube.core.create_namespaced_pod(namespace, {"metadata": {"name": name}, "spec": {
+                "containers": [{"name": "app", "image": "busybox"}], "volumes": volumes[volume]}})
+            uids[name] = created.metadata.uid
+
+        world = ClusterWorkloads(kube.client, pod_page_size=2).read([lineage], with_reports=False)
+        assert [volume.name for volume in world.volumes] == [f"pv-paged-{unique}-mine"]
+        assert sorted(pod.name for pod in world.pods) == ["mine-0", "mine-1", "mine-2"]  # three pages of two
+        assert dict(world.pod_names) == {uids[name]: f"{namespace}/{name}" for name in ("theirs-0", "plain-0")}
+
+        given = {"some-uid": "elsewhere/pod"}
+        world = ClusterWorkloads(kube.client, pod_page_size=2).read([lineage], with_reports=False, pod_names=given)
+        assert sorted(pod.name for pod in world.pods) == ["mine-0", "mine-1", "mine-2"] and world.pod_names is given
+    finally:
+        for claim in ("mine", "theirs"):
+            kube.core.delete_persistent_volume(f"pv-paged-{unique}-{claim}")
+
+
 def test_a_volume_changed_by_another_writer_after_the_read_is_re_read_and_nothing_it_wrote_is_lost(kube, namespace,
                                                                                                    unique):
     """The tick as the rollout daemon runs it (read, plan, perform), against the API server: an outside write

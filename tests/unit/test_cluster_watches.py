@@ -13,6 +13,7 @@ from mountwarden.adapters.pods import (
     pod_entries,
     pod_page_entries,
     rollout_pods_of_list,
+    rollout_pods_of_page,
 )
 from mountwarden.adapters.watches import ReducedWatch, reduce_json_page
 from mountwarden.adapters.workloads import slim_volumes
@@ -227,6 +228,15 @@ def test_a_rollouts_pod_list_reads_each_field_its_pods_keep_from_the_wire_form()
     live = [pod.name for pod in rollout_pods_of_list(data) if pod.live]
     assert "web-5d8f7c9b6-abcde" not in live and "done" not in live and "starting" in live
     assert rollout_pods_of_list(b'{"metadata": {}, "items": null}') == []
+
+
+def test_a_rollouts_pod_page_gives_the_token_of_the_next_page_and_none_at_the_last():
+    middle = json.dumps({"kind": "PodList", "metadata": {"resourceVersion": "7", "continue": "abc"},
+                         "items": ROLLOUT_PODS[:2]}).encode()
+    pods, token = rollout_pods_of_page(middle)
+    assert [pod.name for pod in pods] == ["claims", "inline-nfs"] and token == "abc"
+    assert rollout_pods_of_page(json.dumps({"metadata": {"resourceVersion": "7"}, "items": []}).encode()) == ([], None)
+    assert rollout_pods_of_page(b'{"items": null}') == ([], None)
 
 
 def test_a_pod_list_page_that_is_not_a_list_fails_by_name():

@@ -162,6 +162,7 @@ class _RolloutPod(msgspec.Struct):
 
 
 class _RolloutPodList(msgspec.Struct):
+    metadata: _ListMetadata | None = None
     items: list[_RolloutPod] | None = None
 
 
@@ -188,7 +189,33 @@ def _rollout_pod(pod: _RolloutPod) -> Pod:
 
 def rollout_pods_of_list(data: bytes) -> list[Pod]:
     """A pod list as the API server sent it, each pod as a rollout reads it (core.rollout.Pod)."""
-    return [_rollout_pod(pod) for pod in _ROLLOUT_POD_LIST.decode(data).items or ()]
+    return rollout_pods_of_page(data)[0]
+
+
+def rollout_pods_of_page(data: bytes) -> tuple[list[Pod], str | None]:
+    """A page of a pod list, each pod as a rollout reads it, and the token of the next page (None at the last)."""
+    page = _ROLLOUT_POD_LIST.decode(data)
+    return [_rollout_pod(pod) for pod in page.items or ()], page.metadata.continue_token if page.metadata else None
+
+
+class PodNames(Mapping):
+    """UID -> "namespace/name" of the pods the placements index keeps (every pod that can hold a mount), read when
+    asked: a rollout names a superblock's other holders by it without keeping every pod it lists."""
+
+    def __init__(self, by_uid: Mapping) -> None:
+        self._by_uid = by_uid
+
+    def __getitem__(self, uid: str) -> str:
+        found = self._by_uid.get(uid)
+        if not found:
+            raise KeyError(uid)
+        return f"{found[0].namespace}/{found[0].name}"
+
+    def __iter__(self):
+        return iter(self._by_uid)
+
+    def __len__(self) -> int:
+        return len(self._by_uid)
 
 
 def placement(pod: Mapping) -> PodPlacement | None:

@@ -32,6 +32,7 @@ import kubernetes
 from pydantic import ValidationError
 
 from mountwarden.adapters.kube import StorageClasses, TransientApiError, transient_errors
+from mountwarden.adapters.pods import PodNames
 from mountwarden.adapters.watches import Entries, with_cluster_indexes
 from mountwarden.adapters.workloads import ClusterWorkloads
 from mountwarden.api.base import GROUP, VERSION
@@ -265,6 +266,8 @@ class ClusterView:
     #: PVs each profile adopted (mountwarden.io/adopted-by), by profile.
     adopted: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     network_drivers: tuple[str, ...] = ()
+    #: UID -> "namespace/name" of the pods that may hold a mount (adapters.pods.PodNames over the pods' index).
+    pod_names: Mapping[str, str] | None = None
 
 
 @dataclass
@@ -303,9 +306,9 @@ class ProfileRollout:
         adopter = _adopter(self.name, fresh)
         lineage = [version.storage_class for version in target.lineage]
         taken: list[Taken] = []
-        world = self.cluster.read(lineage, with_reports=target.restarts_workloads,
-                                  also=(lambda pvs: self._take(pvs, adopter, lineage, view, taken))
-                                  if self._adopts(adopter, view) else None)
+        also = (lambda pvs: self._take(pvs, adopter, lineage, view, taken)) if self._adopts(adopter, view) else None
+        world = self.cluster.read(lineage, with_reports=target.restarts_workloads, also=also,
+                                  pod_names=view.pod_names)
         if taken:
             target = adopting(target, taken[0].selection.volumes, world)
         plan = build_plan(target, world)
@@ -422,7 +425,7 @@ async def _next_wakeup(wake: asyncio.Event, stopped: kopf.DaemonStopped, timeout
 @with_cluster_indexes
 async def drive_rollout(name: str, body: kopf.Body, memo: OperatorContext, stopped: kopf.DaemonStopped,
                         volumes_by_class: kopf.Index, volumes_by_adopter: kopf.Index, classes_by_name: kopf.Index,
-                        adopters: kopf.Index, logger: logging.Logger, **_) -> None:
+                        adopters: kopf.Index, pods_by_uid: kopf.Index, logger: logging.Logger, **_) -> None:
     """The profile's rollout daemon: a tick at start, then one per wake-up (or per safety-net interval)."""
     wakeups: RolloutWakeups = memo.rollout_wakeups
     rollout = ProfileRollout(name, memo.kube_client, wakeups)
@@ -438,10 +441,11 @@ async def drive_rollout(name: str, body: kopf.Body, memo: OperatorContext, stopp
             wakeups.tick_starts(name)
             try:
                 # In a worker thread, with kopf's context (Events posted from there reach its poster); kopf's
-                # indexes are copied here, on its event loop.
+                # indexes are copied here, on its event loop. The pods' index is the operator's own, locked: the
+                # tick reads a name from it only when it names a superblock's holder.
                 view = ClusterView(snapshot(classes_by_name), snapshot(adopters),
                                    {profile: tuple(volumes_by_adopter.get(profile, ())) for profile in
-                                    list(volumes_by_adopter)}, memo.config.network_provisioners)
+                                    list(volumes_by_adopter)}, memo.config.network_provisioners, PodNames(pods_by_uid))
                 await asyncio.to_thread(rollout.tick, body, volumes_by_class, view)
                 failures = 0
             except TransientApiError as error:

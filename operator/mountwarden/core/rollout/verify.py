@@ -106,7 +106,10 @@ def _holder(mount: ReportedMount | None, point: str, world: World) -> str:
     if mount is None:
         return f"the mount at {point}"
     pod = next((p for p in world.pods if p.uid == mount.pod_uid), None)
-    return f"pod {pod.namespace}/{pod.name}" if pod else f"pod UID {mount.pod_uid} (mount {point})"
+    if pod is not None:
+        return f"pod {pod.namespace}/{pod.name}"
+    name = world.pod_names.get(mount.pod_uid) if mount.pod_uid else None
+    return f"pod {name}" if name else f"pod UID {mount.pod_uid} (mount {point})"
 
 
 def check_pods(pods: Sequence[Pod], target: Target, world: World) -> list[PodCheck]:

@@ -376,7 +376,7 @@ class World:
 
     #: PVs of the profile's lineage.
     volumes: tuple[Volume, ...]
-    #: Pods in the namespaces of their claims.
+    #: The pods that mount a claim of ``volumes`` (the others of their namespaces are not kept).
     pods: tuple[Pod, ...] = ()
     workloads: tuple[Workload, ...] = ()
     #: The controller of each ReplicaSet and Job (None: nobody controls it).
@@ -385,6 +385,8 @@ class World:
     reports: Mapping[str, NodeReport] = field(default_factory=dict)
     #: PodDisruptionBudgets in the namespaces of the claims: an eviction they refuse is not asked for.
     budgets: tuple[DisruptionBudget, ...] = ()
+    #: UID -> "namespace/name" of other pods, read when asked: who else holds a superblock (SuperblockShared).
+    pod_names: Mapping[str, str] = field(default_factory=dict)
 
     def budgets_of(self, pod: Pod) -> list[DisruptionBudget]:
         return [budget for budget in self.budgets if budget.covers(pod)]
