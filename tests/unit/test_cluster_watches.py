@@ -12,7 +12,6 @@ from mountwarden.adapters.pods import (
     placements_of_list,
     pod_entries,
     pod_page_entries,
-    rollout_pods_of_list,
     rollout_pods_of_page,
 )
 from mountwarden.adapters.watches import ReducedWatch, reduce_json_page
@@ -207,7 +206,7 @@ def test_a_rollouts_pod_list_reads_each_field_its_pods_keep_from_the_wire_form()
     web_rs = WorkloadRef("ReplicaSet", "shop", "web-5d8f7c9b6")
     started = datetime(2026, 12, 4, 10, tzinfo=UTC)
     # namespace, name, uid, node, phase, ready, terminating, started_at, claims (claim -> volume), owner, labels
-    assert rollout_pods_of_list(data) == [
+    assert rollout_pods_of_page(data) == ([
         Pod("data", "claims", "uid-claims", "node-1", "Pending", False, False, None, {"db": "db", "cache": "cache"}),
         Pod("data", "inline-nfs", "uid-inline-nfs", "node-1", "Pending", False, False, None, {}),
         Pod("data", "nothing", "uid-nothing", "node-1", "Pending", False, False, None, {}),
@@ -224,10 +223,9 @@ def test_a_rollouts_pod_list_reads_each_field_its_pods_keep_from_the_wire_form()
             {"app": "web"}),
         Pod("", "no-phase", "uid-no-phase", None, None, False, False, None, {}),
         Pod("shop", "done", "uid-done", None, "Succeeded", True, False, None, {}),
-    ]
-    live = [pod.name for pod in rollout_pods_of_list(data) if pod.live]
+    ], None)
+    live = [pod.name for pod in rollout_pods_of_page(data)[0] if pod.live]
     assert "web-5d8f7c9b6-abcde" not in live and "done" not in live and "starting" in live
-    assert rollout_pods_of_list(b'{"metadata": {}, "items": null}') == []
 
 
 def test_a_rollouts_pod_page_gives_the_token_of_the_next_page_and_none_at_the_last():

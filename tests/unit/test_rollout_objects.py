@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 import pytest
 from tests.support import read_report
 
-from mountwarden.adapters.pods import rollout_pods_of_list
+from mountwarden.adapters.pods import rollout_pods_of_page
 from mountwarden.core.rollout import (
     Autoscaler,
     PatchVolume,
@@ -46,7 +46,7 @@ def test_a_released_volume_has_no_claim():
 
 def pod_read(obj: dict) -> Pod:
     """A pod as a rollout tick reads it: one item of a pod list, as the API server sends it."""
-    (pod,) = rollout_pods_of_list(json.dumps({"kind": "PodList", "items": [obj]}).encode())
+    (pod,), _ = rollout_pods_of_page(json.dumps({"kind": "PodList", "items": [obj]}).encode())
     return pod
 
 

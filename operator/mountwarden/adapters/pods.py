@@ -187,13 +187,9 @@ def _rollout_pod(pod: _RolloutPod) -> Pod:
     )
 
 
-def rollout_pods_of_list(data: bytes) -> list[Pod]:
-    """A pod list as the API server sent it, each pod as a rollout reads it (core.rollout.Pod)."""
-    return rollout_pods_of_page(data)[0]
-
-
 def rollout_pods_of_page(data: bytes) -> tuple[list[Pod], str | None]:
-    """A page of a pod list, each pod as a rollout reads it, and the token of the next page (None at the last)."""
+    """A page of a pod list as the API server sent it, each pod as a rollout reads it (core.rollout.Pod), and the
+    token of the next page (None at the last)."""
     page = _ROLLOUT_POD_LIST.decode(data)
     return [_rollout_pod(pod) for pod in page.items or ()], page.metadata.continue_token if page.metadata else None
 

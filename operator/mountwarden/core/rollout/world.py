@@ -184,7 +184,7 @@ class Volume:
 
 @dataclass(frozen=True, slots=True)
 class Pod:
-    """A pod as a rollout reads it (adapters.pods.rollout_pods_of_list decodes a pod list into these)."""
+    """A pod as a rollout reads it (adapters.pods.rollout_pods_of_page decodes a pod list into these)."""
 
     namespace: str
     name: str
