@@ -72,6 +72,22 @@ def nodes(cluster, crds_installed) -> Iterator[NodeSimulator]:
     assert not simulator.errors, simulator.errors
 
 
+def prebound_claim(kube: Kube, namespace: str, claim: str, pv: str, storage_class: str, options: list[str], *,
+                   server: str, path: str, labels: dict | None = None) -> None:
+    """A static PV of ``storage_class`` and its claim, each naming the other, as a provisioner leaves them."""
+    kube.core.create_persistent_volume({
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv, "labels": labels or {}},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": storage_class,
+                 "persistentVolumeReclaimPolicy": "Retain", "mountOptions": options,
+                 "nfs": {"server": server, "path": path}, "claimRef": {"namespace": namespace, "name": claim}},
+    })
+    kube.core.create_namespaced_persistent_volume_claim(namespace, {
+        "metadata": {"name": claim},
+        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": storage_class, "volumeName": pv,
+                 "resources": {"requests": {"storage": "1Gi"}}},
+    })
+
+
 class Scenario:
     """One test's profile, volumes and workloads; removes the cluster-scoped ones afterwards."""
 
@@ -118,20 +134,9 @@ class Scenario:
     def claim(self, name: str, storage_class: str, options: list[str], path: str | None = None) -> str:
         """A PVC bound to a static PV of the class, as if the class had provisioned it."""
         pv = f"pv-{self.unique}-{name}"
-        self.kube.core.create_persistent_volume({
-            "apiVersion": "v1", "kind": "PersistentVolume",
-            "metadata": {"name": pv, "labels": {"mountwarden.io/test": self.unique}},
-            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
-                     "storageClassName": storage_class, "persistentVolumeReclaimPolicy": "Retain",
-                     "mountOptions": options, "nfs": {"server": self.server, "path": path or f"/{self.unique}/{name}"},
-                     "claimRef": {"namespace": self.namespace, "name": name}},
-        })
+        prebound_claim(self.kube, self.namespace, name, pv, storage_class, options, server=self.server,
+                       path=path or f"/{self.unique}/{name}", labels={"mountwarden.io/test": self.unique})
         self.volumes.append(pv)
-        self.kube.core.create_namespaced_persistent_volume_claim(self.namespace, {
-            "metadata": {"name": name},
-            "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": storage_class, "volumeName": pv,
-                     "resources": {"requests": {"storage": "1Gi"}}},
-        })
         # A provisioned claim is bound before anything mounts it, and a rollout counts a PV's claim only once the
         # PV is Bound: a cold CI run once applied a profile before the PV controller had bound this one, and the
         # rollout rightly found no consumer of it.
@@ -884,17 +889,8 @@ def test_a_tick_keeps_only_the_pods_of_its_claims_reading_the_namespace_in_pages
     of the others only their names (or none, when it is handed the operator's names)."""
     lineage = f"paged-{unique}-v1"
     for claim, storage_class in (("mine", lineage), ("theirs", f"other-{unique}")):
-        pv = f"pv-paged-{unique}-{claim}"
-        kube.core.create_persistent_volume({
-            "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv},
-            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": storage_class,
-                     "persistentVolumeReclaimPolicy": "Retain", "mountOptions": STAGING,
-                     "nfs": {"server": "nfs.example", "path": f"/{unique}/{claim}"},
-                     "claimRef": {"namespace": namespace, "name": claim}}})
-        kube.core.create_namespaced_persistent_volume_claim(namespace, {
-            "metadata": {"name": claim},
-            "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": storage_class, "volumeName": pv,
-                     "resources": {"requests": {"storage": "1Gi"}}}})
+        prebound_claim(kube, namespace, claim, f"pv-paged-{unique}-{claim}", storage_class, STAGING,
+                       server="nfs.example", path=f"/{unique}/{claim}")
     try:
         wait_for(lambda: all(kube.core.read_persistent_volume(f"pv-paged-{unique}-{claim}").status.phase == "Bound"
                              for claim in ("mine", "theirs")), what="both PVs bound")
@@ -928,17 +924,9 @@ def test_a_volume_changed_by_another_writer_after_the_read_is_re_read_and_nothin
     restarted on that view, and the next tick records the outside writer's options as the previous ones."""
     staging_class, cached_class = f"conflict-{unique}-v1", f"conflict-{unique}-v2"
     pv = f"pv-conflict-{unique}"
-    kube.core.create_persistent_volume({
-        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv},
-        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": staging_class,
-                 "persistentVolumeReclaimPolicy": "Retain", "mountOptions": STAGING,
-                 "nfs": {"server": "fs-0123456789abcdef0.efs.us-east-1.amazonaws.com", "path": f"/{unique}"},
-                 "claimRef": {"namespace": namespace, "name": "data"}}})
+    prebound_claim(kube, namespace, "data", pv, staging_class, STAGING,
+                   server="fs-0123456789abcdef0.efs.us-east-1.amazonaws.com", path=f"/{unique}")
     try:
-        kube.core.create_namespaced_persistent_volume_claim(namespace, {
-            "metadata": {"name": "data"},
-            "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": staging_class, "volumeName": pv,
-                     "resources": {"requests": {"storage": "1Gi"}}}})
         kube.apps.create_namespaced_deployment(namespace, {
             "metadata": {"name": "app"},
             "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "app"}}, "template": {
