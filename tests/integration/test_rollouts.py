@@ -907,11 +907,13 @@ def test_a_tick_keeps_only_the_pods_of_its_claims_reading_the_namespace_in_pages
         world = ClusterWorkloads(kube.client, pod_page_size=2).read([lineage], with_reports=False)
         assert [volume.name for volume in world.volumes] == [f"pv-paged-{unique}-mine"]
         assert sorted(pod.name for pod in world.pods) == ["mine-0", "mine-1", "mine-2"]  # three pages of two
-        assert dict(world.pod_names) == {uids[name]: f"{namespace}/{name}" for name in ("theirs-0", "plain-0")}
+        assert {name: world.pod_name_of(uid) for name, uid in uids.items()} == {
+            "mine-0": None, "mine-1": None, "mine-2": None,  # kept whole, in world.pods
+            "theirs-0": f"{namespace}/theirs-0", "plain-0": f"{namespace}/plain-0"}
 
-        given = {"some-uid": "elsewhere/pod"}
-        world = ClusterWorkloads(kube.client, pod_page_size=2).read([lineage], with_reports=False, pod_names=given)
-        assert sorted(pod.name for pod in world.pods) == ["mine-0", "mine-1", "mine-2"] and world.pod_names is given
+        given = {"some-uid": "elsewhere/pod"}.get
+        world = ClusterWorkloads(kube.client, pod_page_size=2).read([lineage], with_reports=False, pod_name_of=given)
+        assert sorted(pod.name for pod in world.pods) == ["mine-0", "mine-1", "mine-2"] and world.pod_name_of is given
     finally:
         for claim in ("mine", "theirs"):
             kube.core.delete_persistent_volume(f"pv-paged-{unique}-{claim}")

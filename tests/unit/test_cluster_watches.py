@@ -129,6 +129,7 @@ def test_pods_are_kept_by_uid_and_claim_with_their_node_and_only_if_they_can_mou
                      "uid-nas": pod_entries(pod("nas", node="node-2", claims=(), nfs=True))})
     assert pods.get("uid-web") is None  # mounts neither a claim nor NFS: no report can name it
     assert pods.node_of("uid-db") == "node-1" and pods.node_of("uid-nas") == "node-2"
+    assert pods.name_of("uid-db") == "data/db" and pods.name_of("uid-web") is None
     assert [p.name for p in pods.of_claim("data", "db")] == ["db"]
     pods.watch.apply("uid-db", pod_entries(pod("db", node="node-3")))
     assert pods.node_of("uid-db") == "node-3"

@@ -372,15 +372,15 @@ def test_an_old_superblock_another_consumer_holds_blocks_and_names_everything():
     assert [(e.warning, e.reason) for e in result.events if e.warning] == [(True, "SuperblockShared")]
 
 
-def test_a_holder_that_mounts_none_of_the_profiles_claims_is_named_from_the_pod_names():
-    """A tick keeps only the pods of its claims; another pod holding the superblock is named by its UID's name."""
+def test_a_holder_that_mounts_none_of_the_profiles_claims_is_named_by_the_operators_pods():
+    """A tick keeps only the pods of its claims; another pod holding the superblock is named by its UID."""
     workload, pods, _ = rolled_out(replicas=1)
     other = pod("other", 0)
     node = report("n1", mount(pods[0], COHERENT, "0:60", [point(other)]), mount(other, COHERENT, "0:60",
                                                                                   [point(pods[0])]))
     w = world([patched("a")], pods, [workload], [node])
     named = World(w.volumes, w.pods, w.workloads, w.parents, w.autoscalers, w.reports, w.budgets,
-                  pod_names={other.uid: "team-b/other-0"})
+                  pod_name_of={other.uid: "team-b/other-0"}.get)
     assert "which pod team-b/other-0 still holds on that node" in line(step(named))["message"]
     assert f"which pod UID {other.uid} (mount {point(other)}) still holds" in line(step(w))["message"]
 

@@ -194,26 +194,6 @@ def rollout_pods_of_page(data: bytes) -> tuple[list[Pod], str | None]:
     return [_rollout_pod(pod) for pod in page.items or ()], page.metadata.continue_token if page.metadata else None
 
 
-class PodNames(Mapping):
-    """UID -> "namespace/name" of the pods the placements index keeps (every pod that can hold a mount), read when
-    asked: a rollout names a superblock's other holders by it without keeping every pod it lists."""
-
-    def __init__(self, by_uid: Mapping) -> None:
-        self._by_uid = by_uid
-
-    def __getitem__(self, uid: str) -> str:
-        found = self._by_uid.get(uid)
-        if not found:
-            raise KeyError(uid)
-        return f"{found[0].namespace}/{found[0].name}"
-
-    def __iter__(self):
-        return iter(self._by_uid)
-
-    def __len__(self) -> int:
-        return len(self._by_uid)
-
-
 def placement(pod: Mapping) -> PodPlacement | None:
     """The fields kept of a pod (its wire form, decoded), or None when it mounts nothing a report could show."""
     return _placement_of(msgspec.convert(pod, _Pod))
@@ -266,6 +246,11 @@ class PodPlacements:
     def get(self, uid: str) -> PodPlacement | None:
         found = self._by_uid.get(uid)
         return found[0] if found else None
+
+    def name_of(self, uid: str) -> str | None:
+        """"namespace/name" of a pod kept here (one that can hold a mount), None for one unknown here."""
+        pod = self.get(uid)
+        return f"{pod.namespace}/{pod.name}" if pod is not None else None
 
     def node_of(self, uid: str) -> str | None:
         """The node a pod is scheduled on, "" while it is not; None for a pod unknown here (gone, or mounting nothing)."""

@@ -158,12 +158,12 @@ class ClusterWorkloads:
 
     def read(self, lineage: Collection[str], *, with_reports: bool,
              also: Callable[[Sequence[Mapping]], Collection[str]] | None = None,
-             pod_names: Mapping[str, str] | None = None) -> World:
+             pod_name_of: Callable[[str], str | None] | None = None) -> World:
         """The PVs of the classes in ``lineage`` (and those ``also`` picks from the listed PVs, by name: the ones a
         profile adopts) and everything that mounts them.
 
-        ``pod_names`` names the other pods that may hold a mount (the operator's index of placements); without it,
-        the names of every other pod listed are kept."""
+        ``pod_name_of`` names the other pods that may hold a mount (the operator's PodPlacements.name_of); without
+        it, the names of every other pod listed are kept."""
         with transient_errors():
             pvs = slim_volumes(self.core.list_persistent_volume(_preload_content=False).data)
         picked = set(also(pvs)) if also is not None else set()
@@ -174,7 +174,7 @@ class ClusterWorkloads:
         parents: dict[WorkloadRef, WorkloadRef | None] = {}
         autoscalers: list[Autoscaler] = []
         budgets: list[DisruptionBudget] = []
-        names: dict[str, str] | None = {} if pod_names is None else None
+        names: dict[str, str] | None = {} if pod_name_of is None else None
         claims: dict[str, set[str]] = {}
         for volume in volumes:
             if volume.claim:
@@ -188,7 +188,7 @@ class ClusterWorkloads:
             budgets.extend(found.budgets)
         reports = self._reports() if with_reports and volumes else {}
         return World(volumes, tuple(pods), tuple(workloads), parents, tuple(autoscalers), reports, tuple(budgets),
-                     pod_names=pod_names if pod_names is not None else names)
+                     pod_name_of=names.get if names is not None else pod_name_of)
 
     def _mounting(self, namespace: str, claims: AbstractSet[str], names: dict[str, str] | None) -> list[Pod]:
         """The namespace's pods that mount one of ``claims``, listed in pages; the names of the others in ``names``.

@@ -23,7 +23,7 @@ tick.
 import asyncio
 import logging
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -32,7 +32,6 @@ import kubernetes
 from pydantic import ValidationError
 
 from mountwarden.adapters.kube import StorageClasses, TransientApiError, transient_errors
-from mountwarden.adapters.pods import PodNames
 from mountwarden.adapters.watches import Entries, with_cluster_indexes
 from mountwarden.adapters.workloads import ClusterWorkloads
 from mountwarden.api.base import GROUP, VERSION
@@ -266,8 +265,8 @@ class ClusterView:
     #: PVs each profile adopted (mountwarden.io/adopted-by), by profile.
     adopted: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     network_drivers: tuple[str, ...] = ()
-    #: UID -> "namespace/name" of the pods that may hold a mount (adapters.pods.PodNames over the pods' index).
-    pod_names: Mapping[str, str] | None = None
+    #: "namespace/name" of a pod that may hold a mount, by UID (the operator's PodPlacements.name_of).
+    pod_name_of: Callable[[str], str | None] | None = None
 
 
 @dataclass
@@ -308,7 +307,7 @@ class ProfileRollout:
         taken: list[Taken] = []
         also = (lambda pvs: self._take(pvs, adopter, lineage, view, taken)) if self._adopts(adopter, view) else None
         world = self.cluster.read(lineage, with_reports=target.restarts_workloads, also=also,
-                                  pod_names=view.pod_names)
+                                  pod_name_of=view.pod_name_of)
         if taken:
             target = adopting(target, taken[0].selection.volumes, world)
         plan = build_plan(target, world)
@@ -425,7 +424,7 @@ async def _next_wakeup(wake: asyncio.Event, stopped: kopf.DaemonStopped, timeout
 @with_cluster_indexes
 async def drive_rollout(name: str, body: kopf.Body, memo: OperatorContext, stopped: kopf.DaemonStopped,
                         volumes_by_class: kopf.Index, volumes_by_adopter: kopf.Index, classes_by_name: kopf.Index,
-                        adopters: kopf.Index, pods_by_uid: kopf.Index, logger: logging.Logger, **_) -> None:
+                        adopters: kopf.Index, logger: logging.Logger, **_) -> None:
     """The profile's rollout daemon: a tick at start, then one per wake-up (or per safety-net interval)."""
     wakeups: RolloutWakeups = memo.rollout_wakeups
     rollout = ProfileRollout(name, memo.kube_client, wakeups)
@@ -441,11 +440,11 @@ async def drive_rollout(name: str, body: kopf.Body, memo: OperatorContext, stopp
             wakeups.tick_starts(name)
             try:
                 # In a worker thread, with kopf's context (Events posted from there reach its poster); kopf's
-                # indexes are copied here, on its event loop. The pods' index is the operator's own, locked: the
-                # tick reads a name from it only when it names a superblock's holder.
+                # indexes are copied here, on its event loop. The pods' placements are the operator's own, locked:
+                # the tick reads a name from them only when it names a superblock's holder.
                 view = ClusterView(snapshot(classes_by_name), snapshot(adopters),
                                    {profile: tuple(volumes_by_adopter.get(profile, ())) for profile in
-                                    list(volumes_by_adopter)}, memo.config.network_provisioners, PodNames(pods_by_uid))
+                                    list(volumes_by_adopter)}, memo.config.network_provisioners, memo.pods.name_of)
                 await asyncio.to_thread(rollout.tick, body, volumes_by_class, view)
                 failures = 0
             except TransientApiError as error:

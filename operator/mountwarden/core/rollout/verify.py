@@ -108,7 +108,7 @@ def _holder(mount: ReportedMount | None, point: str, world: World) -> str:
     pod = next((p for p in world.pods if p.uid == mount.pod_uid), None)
     if pod is not None:
         return f"pod {pod.namespace}/{pod.name}"
-    name = world.pod_names.get(mount.pod_uid) if mount.pod_uid else None
+    name = world.pod_name_of(mount.pod_uid) if mount.pod_uid else None
     return f"pod {name}" if name else f"pod UID {mount.pod_uid} (mount {point})"
 
 

@@ -9,7 +9,7 @@ crash never restarts a workload twice and never patches a PV halfway.
 """
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import NamedTuple
@@ -385,8 +385,8 @@ class World:
     reports: Mapping[str, NodeReport] = field(default_factory=dict)
     #: PodDisruptionBudgets in the namespaces of the claims: an eviction they refuse is not asked for.
     budgets: tuple[DisruptionBudget, ...] = ()
-    #: UID -> "namespace/name" of other pods, read when asked: who else holds a superblock (SuperblockShared).
-    pod_names: Mapping[str, str] = field(default_factory=dict)
+    #: "namespace/name" of another pod, by UID, asked only to name who else holds a superblock (SuperblockShared).
+    pod_name_of: Callable[[str], str | None] = field(default=lambda uid: None)
 
     def budgets_of(self, pod: Pod) -> list[DisruptionBudget]:
         return [budget for budget in self.budgets if budget.covers(pod)]
