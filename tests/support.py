@@ -112,6 +112,12 @@ def parse_metrics(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], fl
 
 #: Where the tests of each emulated VM live, in the order they run (conftest.py): each VM's tests run together.
 VM_TEST_DIRECTORIES = ("tests/kernel/", "tests/realnode/")
+#: Kernel modules that boot a lab VM of their own (they stop the server, or rpcbind, for good) and never touch the
+#: shared one: under xdist they run in the other lane, beside the shared VM's tests (conftest.py).
+OWN_VM_MODULES = ("tests/kernel/test_gateway.py", "tests/kernel/test_dead_server.py",
+                  "tests/kernel/test_server_not_responding.py")
+#: The fixture of the shared lab VM, which no module of OWN_VM_MODULES may use (a second shared VM would boot).
+SHARED_LAB_FIXTURE = "lab_vm"
 _vm_closers: dict[str, list[Callable[[], None]]] = {}
 
 
