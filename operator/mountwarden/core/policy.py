@@ -174,8 +174,9 @@ def _check_gateway(options: dict[str, OptionValue], sqlite: str) -> tuple[list[S
     read_only = bool(effective_value(options, "ro"))
     if effective_value(options, "lock") is not False:
         warnings.append(SpecProblem(field, "an nfsv3-gateway runs no rpcbind, and NFSv3 locking needs it (the "
-                                           "lock manager and statd are found through rpcbind): in the kernel lab a "
-                                           "v3 mount without nolock did not come up with rpcbind gone. Add nolock"
+                                           "lock manager and statd are found through rpcbind): in the kernel lab, with "
+                                           "rpcbind stopped, a v3 mount without nolock was refused (its lock manager "
+                                           "could not register with rpcbind). Add nolock"
                                            + ("." if read_only else
                                               ", and keep SQLite off the volume (sqlite: forbid).")))
     elif not read_only and sqlite != SqlitePolicy.FORBID:
