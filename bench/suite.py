@@ -21,7 +21,6 @@ at the end; the clone is removed unless --keep. Figures, not assertions: a red r
 import argparse
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -30,15 +29,11 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from unit import read_pytest_output
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 SHARED_FIXTURES = ROOT.parent / "shared" / "fixtures"
-
-#: pytest's --durations lines: "153.68s setup    tests/realnode/test_chart_on_node.py::test_x"
-DURATION = re.compile(r"^(?P<seconds>\d+\.\d+)s (?P<phase>call|setup|teardown)\s+(?P<test>\S+)$")
-#: pytest's last line: "====== 2061 passed in 2078.87s (0:34:38) ======"
-SUMMARY = re.compile(r"^=+ (?P<outcomes>.*) in (?P<seconds>\d+\.\d+)s")
-OUTCOME = re.compile(r"(\d+) (passed|failed|errors?|skipped)")
 
 
 def clone_environment(workspace: Path, *, cold: bool) -> dict[str, str]:
@@ -52,21 +47,6 @@ def clone_environment(workspace: Path, *, cold: bool) -> dict[str, str]:
         # Go writes its module cache read-only; writable, the workspace can be removed afterwards.
         environ["GOFLAGS"] = " ".join(filter(None, [environ.get("GOFLAGS", ""), "-modcacherw"]))
     return environ
-
-
-def read_log(log: str) -> dict:
-    """Pytest's time, outcomes and slowest tests, from the run's output."""
-    lines = [line.strip() for line in log.splitlines()]
-    slowest = [{"seconds": float(match["seconds"]), "phase": match["phase"], "test": match["test"]}
-               for line in lines if (match := DURATION.match(line))]
-    summary = next((match for line in reversed(lines) if (match := SUMMARY.match(line))), None)
-    outcomes = {kind.rstrip("s") if kind.startswith("error") else kind: int(count)
-                for count, kind in OUTCOME.findall(summary["outcomes"])} if summary else {}
-    return {"pytest_s": float(summary["seconds"]) if summary else None,
-            "tests_passed": outcomes.get("passed", 0),
-            "tests_failed": outcomes.get("failed", 0) + outcomes.get("error", 0),
-            "tests_skipped": outcomes.get("skipped", 0),
-            "slowest": slowest}
 
 
 def main() -> None:
@@ -93,7 +73,7 @@ def main() -> None:
         done = subprocess.run([str(clone / ".ci" / "run")], cwd=clone, env=environ, stdout=log,
                               stderr=subprocess.STDOUT)
     seconds = round(time.monotonic() - started, 1)
-    found = read_log(log_path.read_text(errors="replace"))
+    found = read_pytest_output(log_path.read_text(errors="replace"))
     key, name = ("make_test_cold_s", "suite_cold") if args.cold else ("make_test_warm_s", "suite")
     result = {
         "summary": {key: seconds, "exit_code": done.returncode, "pytest_s": found["pytest_s"],

@@ -22,8 +22,25 @@ RESULTS = ROOT / "bench" / "results"
 
 #: pytest's --durations lines: "0.52s call     tests/unit/test_x.py::test_y"
 DURATION = re.compile(r"^(?P<seconds>\d+\.\d+)s (?P<phase>call|setup|teardown)\s+(?P<test>\S+)$")
-#: pytest's last line: "=== 1589 passed, 2 failed in 51.23s ==="
-OUTCOMES = re.compile(r"(\d+) (passed|failed|error|errors)")
+#: pytest's summary line: "=== 1 failed, 1589 passed, 2 errors in 51.23s (0:00:51) ==="
+SUMMARY = re.compile(r"^=+ (?P<outcomes>.*) in (?P<seconds>\d+\.\d+)s")
+OUTCOME = re.compile(r"(\d+) (passed|failed|errors?|skipped)")
+
+
+def read_pytest_output(text: str) -> dict:
+    """Pytest's own time, its outcomes and the --durations lines, from what it printed (bench/suite.py reads the
+    same)."""
+    lines = [line.strip() for line in text.splitlines()]
+    slowest = [{"seconds": float(match["seconds"]), "phase": match["phase"], "test": match["test"]}
+               for line in lines if (match := DURATION.match(line))]
+    summary = next((match for line in reversed(lines) if (match := SUMMARY.match(line))), None)
+    counts = {kind.rstrip("s") if kind.startswith("error") else kind: int(count)
+              for count, kind in OUTCOME.findall(summary["outcomes"])} if summary else {}
+    return {"pytest_s": float(summary["seconds"]) if summary else None,
+            "tests_passed": counts.get("passed", 0),
+            "tests_failed": counts.get("failed", 0) + counts.get("error", 0),
+            "tests_skipped": counts.get("skipped", 0),
+            "slowest": slowest}
 
 
 def main() -> None:
@@ -34,14 +51,11 @@ def main() -> None:
     done = subprocess.run([sys.executable, "-m", "pytest", "tests/unit", "-n", str(args.lanes), "-q",
                            "--durations=10", "-p", "no:cacheprovider"], cwd=ROOT, capture_output=True, text=True)
     seconds = round(time.monotonic() - started, 1)
-    lines = done.stdout.splitlines()
-    slowest = [{"seconds": float(match["seconds"]), "phase": match["phase"], "test": match["test"]}
-               for line in lines if (match := DURATION.match(line.strip()))]
-    outcomes = {kind: int(count) for count, kind in OUTCOMES.findall(lines[-1] if lines else "")}
+    found = read_pytest_output(done.stdout)
     result = {
-        "summary": {"make_unit_s": seconds, "lanes": args.lanes, "tests_passed": outcomes.get("passed", 0),
-                    "tests_failed": outcomes.get("failed", 0) + outcomes.get("error", 0) + outcomes.get("errors", 0)},
-        "slowest": slowest,
+        "summary": {"make_unit_s": seconds, "lanes": args.lanes, "tests_passed": found["tests_passed"],
+                    "tests_failed": found["tests_failed"]},
+        "slowest": found["slowest"],
         "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
