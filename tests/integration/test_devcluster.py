@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from tests.support import wait_for
 
 from mountwarden.devcluster import (
     COMPONENTS,
@@ -238,6 +240,65 @@ def test_up_then_down_leaves_nothing_behind(testbin: Binaries, tmp_path):
     assert dev.running() == []
     # Idempotent: nothing left to stop, and no error.
     assert DevCluster(state_dir).down() == []
+
+
+@pytest.mark.cluster
+def test_a_restarted_api_server_waits_for_its_port_names_who_holds_it_and_comes_back_on_it(testbin: Binaries,
+                                                                                       tmp_path):
+    # In CI, another process bound a restarted API server's port while it was down, and the new one
+    # exited with "address already in use". Here this test's process is that other process.
+    messages: list[str] = []
+    squatters: list[socket.socket] = []
+    release_when_named = False
+
+    def on_progress(message: str) -> None:
+        messages.append(message)
+        if release_when_named and "waiting for kube-apiserver's port" in message:
+            squatters.pop().close()
+
+    def squat(port: int) -> None:
+        squatter = socket.socket()
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatters.append(squatter)
+        wait_for(lambda: _bound(squatter, port), what=f"port {port} taken by the test")
+        squatter.listen()
+
+    dev = DevCluster(tmp_path / "restart", testbin, on_progress=on_progress)
+    info = dev.up(nodes=1)
+    port = int(info.api_server.rsplit(":", 1)[1])
+    holder = f"{port} by {os.getpid()} ("
+    try:
+        # The API server goes away, as in an outage, and the port is taken before the restart.
+        apiserver = psutil.Process(info.processes["kube-apiserver"].pid)
+        apiserver.kill()
+        apiserver.wait(timeout=30)
+        squat(port)
+        # Held to the deadline: the error names the holder and the way out.
+        with pytest.raises(DevClusterError) as held:
+            dev.restart("kube-apiserver", timeout=2)
+        assert holder in str(held.value) and "dev-cluster down" in str(held.value)
+        assert any(holder in message for message in messages), messages
+
+        # Released once the restart says whom it waits for: the API server comes back on the same port.
+        squatters.pop().close()
+        squat(port)
+        release_when_named = True
+        dev.restart("kube-apiserver")
+        assert squatters == []
+        assert dev.kubectl("get", "nodes", "-o", "name").stdout.split() == ["node/kwok-node-0"]
+        assert DevCluster(tmp_path / "restart").info().api_server == info.api_server
+    finally:
+        for squatter in squatters:
+            squatter.close()
+        dev.down()
+
+
+def _bound(probe: socket.socket, port: int) -> bool:
+    try:
+        probe.bind(("127.0.0.1", port))
+    except OSError:
+        return False
+    return True
 
 
 @pytest.mark.cluster

@@ -65,6 +65,10 @@ CLIENT_QPS, CLIENT_BURST = "500", "1000"
 #: kubelets): an HTTP CONNECT proxy there, when the real node runs (mountwarden.lab.node), reaches pod IPs.
 CLUSTER_EGRESS = "cluster_egress"
 
+#: The keys of state.json's "ports" each component listens on (a restart waits for them to be free).
+_PORT_KEYS = {ETCD: ("etcd_client", "etcd_peer"), APISERVER: (APISERVER,), CONTROLLER_MANAGER: (CONTROLLER_MANAGER,),
+              SCHEDULER: (SCHEDULER,)}
+
 STATE_FILE = "state.json"
 _POLL = 0.1  # seconds between readiness checks: short, since each check is one loopback request
 
@@ -152,6 +156,16 @@ class _Api:
             return status, json.loads(raw)
         except ValueError:
             return status, raw.decode(errors="replace")
+
+
+def _lost_its_port(log: Path, since: int) -> bool:
+    """True when the component's log, from byte ``since`` on, says its listener could not bind."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(since)
+            return b"address already in use" in f.read()
+    except OSError:
+        return False
 
 
 def _healthz(port: int, timeout: float = 2.0) -> bool:
@@ -541,26 +555,56 @@ class DevCluster:
                 grace_seconds: float = processes.DEFAULT_GRACE_SECONDS) -> None:
         """Stop one component and start it again with the same arguments, as an outage would.
 
-        For the chaos tests (an API server restarted under a running operator). Waits until
-        the API server answers /readyz again when it was the one restarted.
+        For the chaos tests (an API server restarted under a running operator). The component keeps its
+        ports, since its clients know it by them: it starts again once they are free, and the API server,
+        whose /readyz this waits for, starts again if another process bound its port in the meantime
+        (seen in CI). A port still held at the deadline fails with the processes that hold it.
         """
+        deadline = time.monotonic() + timeout
         with self._locked():
             state = self._read_state()
             if component not in state.get("processes", {}):
                 raise DevClusterError(f"{component} is not running in {self.state_dir}")
             old = processes.RecordedProcess.from_dict(component, state["processes"][component])
+            ports = [state.get("ports", {})[key] for key in _PORT_KEYS.get(component, ())
+                     if key in state.get("ports", {})]
             processes.stop([[old]], grace_seconds=grace_seconds)
-            new, popen = processes.spawn(component, old.args, Path(old.log), cwd=self.state_dir,
-                                         stop_with_parent=self._stop_with_parent)
-            self._children.append(popen)
-            state["processes"][component] = new.to_dict()
-            self._write_state(state)
-        if component == APISERVER:
-            pki_dir = self.state_dir / "pki"
-            api = _Api(state["api_server"], pki_.CertKey(pki_dir / "ca.crt", pki_dir / "ca.key"),
-                       pki_.CertKey(pki_dir / "admin.crt", pki_dir / "admin.key"))
-            self._wait("kube-apiserver to answer /readyz after its restart", lambda: self._get_ok(api, "/readyz"),
-                       [new], time.monotonic() + timeout)
+            while True:
+                self._wait_for_free_ports(component, ports, deadline)
+                log_start = Path(old.log).stat().st_size if Path(old.log).exists() else 0
+                new, popen = processes.spawn(component, old.args, Path(old.log), cwd=self.state_dir,
+                                             stop_with_parent=self._stop_with_parent)
+                self._children.append(popen)
+                state["processes"][component] = new.to_dict()
+                self._write_state(state)
+                if component != APISERVER:
+                    return
+                pki_dir = self.state_dir / "pki"
+                api = _Api(state["api_server"], pki_.CertKey(pki_dir / "ca.crt", pki_dir / "ca.key"),
+                           pki_.CertKey(pki_dir / "admin.crt", pki_dir / "admin.key"))
+                try:
+                    self._wait("kube-apiserver to answer /readyz after its restart",
+                               lambda api=api: self._get_ok(api, "/readyz"), [new], deadline)
+                    return
+                except DevClusterError:
+                    if time.monotonic() >= deadline or not _lost_its_port(Path(old.log), log_start):
+                        raise
+                    self._on_progress(f"{component} found its port taken as it started again; retrying")
+
+    def _wait_for_free_ports(self, component: str, ports: list[int], deadline: float) -> None:
+        reported = False
+        while busy := [port for port in ports if not processes.port_is_free(port)]:
+            holders = {port: processes.port_holders(port) for port in busy}
+            named = "; ".join(f"{port} by {', '.join(who) or 'an unknown process'}" for port, who in holders.items())
+            if time.monotonic() >= deadline:
+                raise DevClusterError(
+                    f"{component} cannot start again: its port is still held ({named}). Its clients know it by "
+                    "that port, so stop that process, or run `mountwarden dev-cluster down` and `up` for new ports",
+                    component=component)
+            if not reported:
+                self._on_progress(f"waiting for {component}'s port to be free ({named})")
+                reported = True
+            time.sleep(_POLL)
 
     # -- the real node ----------------------------------------------------------------------
 

@@ -73,6 +73,51 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """True when a server could listen on ``host:port`` now.
+
+    Probed as Go's net.Listen binds (SO_REUSEADDR), so connections a stopped server left in
+    TIME_WAIT do not count as holding the port; a live listener or a plain bind does.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def port_holders(port: int) -> list[str]:
+    """``"<pid> (<command>)"`` of each process holding a TCP socket on local ``port``.
+
+    From /proc/net/tcp{,6} (the socket's inode) and each process's open descriptors; sockets no
+    process owns any more (TIME_WAIT) have inode 0 and are left out.
+    """
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 9 and int(fields[1].rsplit(":", 1)[1], 16) == port and fields[9] != "0":
+                inodes.add(f"socket:[{fields[9]}]")
+    holders: list[str] = []
+    if not inodes:
+        return holders
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if any(os.readlink(fd) in inodes for fd in (entry / "fd").iterdir()):
+                holders.append(f"{entry.name} ({(entry / 'comm').read_text().strip()})")
+        except OSError:
+            continue
+    return holders
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nobody listens on right now.
 
