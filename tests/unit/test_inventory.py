@@ -3,12 +3,15 @@ or not, the options three ways and where they disagree, each pod volume judged; 
 NetworkFileSystem object and `mountwarden inventory`."""
 
 import gc
+import json
 import weakref
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from tests.support import read_report
 
 from mountwarden.adapters.pods import PodPlacement
+from mountwarden.api import networkfilesystem
 from mountwarden.api.networkfilesystem import SPEC_BUDGET, network_file_system
 from mountwarden.core.adoption import Adopter
 from mountwarden.core.compliance import Contract
@@ -187,6 +190,38 @@ def test_the_network_file_system_object_is_the_inventory_of_one_file_system_with
     huge = {**efs, "volumes": efs["volumes"] * 2000}
     trimmed = network_file_system(huge, "2026-03-01T12:00:00Z")["spec"]
     assert len(str(trimmed)) < SPEC_BUDGET * 1.2 and "mountwarden inventory --json" in trimmed["omitted"]
+
+
+def _trimmed_by_encoding_the_whole_spec(spec: dict) -> tuple[int, int]:
+    """The oracle: the budget's rule, measured with one json.dumps of the whole spec each time (how it was done)."""
+    if len(json.dumps(spec)) <= SPEC_BUDGET:
+        return len(spec["volumes"]), len(spec["findings"])
+    volumes = [{**v, "pods": [{**pod, "effectiveOptions": None} for pod in v["pods"]]} for v in spec["volumes"]]
+    kept_volumes, kept_findings = len(volumes), len(spec["findings"])
+    while len(json.dumps({**spec, "volumes": volumes[:kept_volumes], "findings": spec["findings"][:kept_findings]})) \
+            > SPEC_BUDGET and (kept_volumes or kept_findings):
+        kept_volumes, kept_findings = kept_volumes * 3 // 4, kept_findings * 3 // 4
+    return kept_volumes, kept_findings
+
+
+@pytest.mark.parametrize("copies", [1, 300, 1500, 2000, 5000])
+def test_the_budget_keeps_what_encoding_the_whole_spec_would_and_never_encodes_it_whole(copies, monkeypatch):
+    efs = inventory(day_one()).to_dict()["items"][1]
+    finding = {"reason": "Drift", "message": "x" * 300, "policy": "uploads"}
+    spec = {"fileSystem": EFS_ID, **{k: v for k, v in efs.items() if k not in ("name", "objectName")},
+            "volumes": efs["volumes"] * copies, "findings": [finding] * (copies * 2), "checkedAt": "2026-03-01T12:00:00Z"}
+    expected = _trimmed_by_encoding_the_whole_spec(spec)
+    encoded: list[int] = []
+    real_dumps = networkfilesystem.json.dumps
+    monkeypatch.setattr(networkfilesystem.json, "dumps", lambda value: encoded.append(len(real := real_dumps(value)))
+                        or real)
+    trimmed = networkfilesystem._within_budget(spec)
+    monkeypatch.undo()
+    assert (len(trimmed["volumes"]), len(trimmed["findings"])) == expected
+    assert len(json.dumps(trimmed)) <= SPEC_BUDGET + 300 or expected == (0, 0)  # + the "omitted" sentence
+    # The C encoder holds the GIL while it runs: no call may take the whole spec (MBs at 20,000 pods).
+    biggest_item = max(len(real_dumps(item)) for item in [*spec["volumes"][:1], finding])
+    assert max(encoded) <= max(biggest_item, len(json.dumps({**spec, "volumes": [], "findings": []})))
 
 
 def test_file_systems_are_named_as_kubernetes_allows():
