@@ -14,3 +14,9 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
     add_completion=False,
 )
+
+
+@app.callback()
+def _commands() -> None:
+    """Always a group of commands, even when only the command run was loaded (mountwarden.cli.main): with one
+    command and no callback, Typer would run that command bare and take its name for an argument."""
