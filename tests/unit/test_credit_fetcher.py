@@ -1,5 +1,8 @@
 """The operator's shared credit fetch: one fetch per region and interval, backing off on account problems."""
 
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 
 from mountwarden.adapters.aws import CreditWatchError
@@ -129,3 +132,25 @@ def test_which_profiles_are_watched():
                                                                           "region": "eu-west-1", "windowHours": 6}}
     assert watched_file_system(other) == CreditWatchTarget("fs-bbbbbbbb", "eu-west-1", timedelta(hours=6))
     assert watched_file_system({"backend": {"provisioner": "nfs.csi.k8s.io"}}) is None
+
+
+def test_the_operator_loads_boto3_only_once_a_profile_watches_credits():
+    probe = (
+        "import sys\n"
+        "from datetime import UTC, datetime, timedelta\n"
+        "from mountwarden.handlers.config import OperatorConfig\n"
+        "from mountwarden.handlers.credits import CreditFetcher, CreditWatchTarget\n"
+        "from mountwarden.handlers.runner import register_handlers\n"
+        "register_handlers(OperatorConfig())\n"
+        "fetcher = CreditFetcher(timedelta(minutes=5))\n"
+        "print('boto3' in sys.modules, 'botocore' in sys.modules)\n"
+        "target = CreditWatchTarget('fs-0123456789abcdef0', 'us-east-1', timedelta(hours=48))\n"
+        "found = fetcher.result(target, [target], datetime.now(UTC))\n"
+        "print('boto3' in sys.modules, type(found).__name__)\n"
+    )
+    # No credentials and no endpoint: the fetch fails, by name, and only after loading boto3.
+    env = {"PATH": os.environ["PATH"], "AWS_CONFIG_FILE": "/dev/null", "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+           "AWS_EC2_METADATA_DISABLED": "true"}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[:2] == ["False False", "True CreditWatchProblem"], done.stdout

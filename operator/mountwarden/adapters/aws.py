@@ -35,6 +35,7 @@ from mountwarden.core.credits import (
     PERIOD_SECONDS,
     STORAGE_QUERY,
     CreditSeries,
+    CreditWatchError,
     CreditWatchProblem,
     EfsMetric,
     MetricQuery,
@@ -98,14 +99,6 @@ class AwsClients:
     cloudwatch: Any
     region: str | None
     calls: CallCounter = field(default_factory=CallCounter)
-
-
-class CreditWatchError(Exception):
-    """No client could be made at all (no region); carries the problem to show."""
-
-    def __init__(self, problem: CreditWatchProblem) -> None:
-        super().__init__(problem.message)
-        self.problem = problem
 
 
 def make_clients(

@@ -20,7 +20,6 @@ from datetime import UTC, datetime, timedelta
 import kopf
 from pydantic import ValidationError
 
-from mountwarden.adapters.aws import CreditWatchError, fetch_credit_series, make_clients
 from mountwarden.adapters.pods import PodPlacements
 from mountwarden.adapters.watches import with_cluster_indexes
 from mountwarden.api.base import GROUP, VERSION
@@ -30,6 +29,7 @@ from mountwarden.core.credits import (
     DEFAULT_HISTORY,
     CreditSeries,
     CreditState,
+    CreditWatchError,
     CreditWatchProblem,
     ProblemReason,
     credit_condition,
@@ -90,14 +90,22 @@ class _RegionCache:
     retry_after: datetime | None = None
 
 
+def _aws():
+    """boto3 and botocore, once a profile watches credits: 26 MiB resident that an operator with no EFS profile
+    (an NFS server's) never needs (python -c "import boto3", 2026-12-05)."""
+    from mountwarden.adapters import aws
+
+    return aws
+
+
 class CreditFetcher:
     """One batched fetch per region and interval, shared by every profile's timer."""
 
     def __init__(self, interval: timedelta, clients_for: Callable[[str], object] | None = None,
-                 fetch: Callable[..., dict] = fetch_credit_series) -> None:
+                 fetch: Callable[..., dict] | None = None) -> None:
         self.interval = interval
-        self._clients_for = clients_for or (lambda region: make_clients(region=region or None))
-        self._fetch_series = fetch
+        self._clients_for = clients_for or (lambda region: _aws().make_clients(region=region or None))
+        self._fetch_series = fetch or (lambda *args: _aws().fetch_credit_series(*args))
         #: Fetches made, for tests and the log: one per region and interval when all is well.
         self.fetches = 0
         self._clients: dict[str, object] = {}

@@ -22,7 +22,7 @@ from mountwarden.core.credits.condition import CreditCondition, condition_messag
 from mountwarden.core.credits.forecast import DEFAULT_HISTORY, Forecast, ForecastSettings, forecast_credits
 from mountwarden.core.credits.metering import MetadataLoad, RequestKind, metadata_load, metered_bytes
 from mountwarden.core.credits.pricing import PRICES, ElasticUsage, ThroughputPrices, elastic_usage
-from mountwarden.core.credits.problems import CreditWatchProblem, ProblemReason
+from mountwarden.core.credits.problems import CreditWatchError, CreditWatchProblem, ProblemReason
 from mountwarden.core.credits.series import (
     CREDIT_METRICS,
     PERIOD_SECONDS,
@@ -52,6 +52,7 @@ __all__ = [
     "CreditCondition",
     "CreditSeries",
     "CreditState",
+    "CreditWatchError",
     "CreditWatchProblem",
     "Demand",
     "DrainBasis",

@@ -30,6 +30,14 @@ class CreditWatchProblem:
         return {"file_system_id": self.file_system_id, "reason": self.reason.value, "message": self.message}
 
 
+class CreditWatchError(Exception):
+    """No client could be made at all (no region); carries the problem to show."""
+
+    def __init__(self, problem: CreditWatchProblem) -> None:
+        super().__init__(problem.message)
+        self.problem = problem
+
+
 def no_credentials(file_system_id: str | None = None, detail: str = "none found") -> CreditWatchProblem:
     return CreditWatchProblem(
         file_system_id,
