@@ -4,6 +4,7 @@ import asyncio
 import logging
 import os
 import re
+import sys
 from datetime import timedelta
 
 import kopf
@@ -22,6 +23,13 @@ from mountwarden.handlers.native_heap import limit_arenas
 from mountwarden.handlers.posted import PostedFindings
 
 PREFIX = "mountwarden.io"
+#: The GIL's switch interval (CPython's default is 5 ms): how long a thread that wants the GIL waits for the one
+#: running a pass (the inventory, an assessment) to hand it over. The webhook's event loop gives the GIL away at
+#: each wait for I/O, so a review waited several intervals behind a pass. At 1 ms, under the scale load, the
+#: operator's own p99 per review went from 9.3 to 4.4 ms and its slowest from 242 to 43 ms (one traced run each,
+#: bench/results/scale_webhook_profile.txt, runs F and G). It helps only where passes run Python: a 0.5 ms interval
+#: gained nothing while one json.dumps of 50 ms in C held the GIL (run E and the try after it).
+SWITCH_INTERVAL_SECONDS = 0.001
 
 
 #: What kopf logs at INFO every time a handler ran fine: per timer tick, per index update, per unchanged
@@ -124,6 +132,7 @@ def register_handlers(config: OperatorConfig, registry: kopf.OperatorRegistry | 
 def run(config: OperatorConfig, *, standalone: bool = True, liveness_endpoint: str | None = None,
         peering_name: str | None = None, priority: int = 0) -> None:
     limit_arenas()  # before the watches' and the webhook's threads make arenas of their own
+    sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
     registry = register_handlers(config)
     wake_waiters_only_on_flips()
     quiet_routine_lines()
