@@ -139,7 +139,7 @@ def _within_budget(spec: dict) -> dict:
     volumes, findings = list(spec["volumes"]), list(spec["findings"])
     rest = _encoded_size({**spec, "volumes": [], "findings": []})
     finding_sizes = [_encoded_size(finding) for finding in findings]
-    if rest + _list_extra(_encoded_size(volume) for volume in volumes) + _list_extra(finding_sizes) <= SPEC_BUDGET:
+    if rest + _list_extra([_encoded_size(volume) for volume in volumes]) + _list_extra(finding_sizes) <= SPEC_BUDGET:
         return spec
     volumes = [{**volume, "pods": [{**pod, "effectiveOptions": None} for pod in volume["pods"]]} for volume in volumes]
     volumes_to, findings_to = _prefix_sums(_encoded_size(volume) for volume in volumes), _prefix_sums(finding_sizes)
@@ -169,6 +169,5 @@ def _list_extra_of(prefix_sums: list[int], count: int) -> int:
     return prefix_sums[count] + 2 * (count - 1) if count else 0
 
 
-def _list_extra(sizes) -> int:
-    sums = _prefix_sums(sizes)
-    return _list_extra_of(sums, len(sums) - 1)
+def _list_extra(sizes: list[int]) -> int:
+    return sum(sizes) + 2 * (len(sizes) - 1) if sizes else 0

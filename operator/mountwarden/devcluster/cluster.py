@@ -566,28 +566,29 @@ class DevCluster:
             if component not in state.get("processes", {}):
                 raise DevClusterError(f"{component} is not running in {self.state_dir}")
             old = processes.RecordedProcess.from_dict(component, state["processes"][component])
-            ports = [state.get("ports", {})[key] for key in _PORT_KEYS.get(component, ())
-                     if key in state.get("ports", {})]
+            recorded_ports = state.get("ports", {})
+            ports = [recorded_ports[key] for key in _PORT_KEYS.get(component, ()) if key in recorded_ports]
+            log = Path(old.log)
             processes.stop([[old]], grace_seconds=grace_seconds)
+            pki_dir = self.state_dir / "pki"
+            api = _Api(state["api_server"], pki_.CertKey(pki_dir / "ca.crt", pki_dir / "ca.key"),
+                       pki_.CertKey(pki_dir / "admin.crt", pki_dir / "admin.key"))
             while True:
                 self._wait_for_free_ports(component, ports, deadline)
-                log_start = Path(old.log).stat().st_size if Path(old.log).exists() else 0
-                new, popen = processes.spawn(component, old.args, Path(old.log), cwd=self.state_dir,
+                log_start = log.stat().st_size if log.exists() else 0
+                new, popen = processes.spawn(component, old.args, log, cwd=self.state_dir,
                                              stop_with_parent=self._stop_with_parent)
                 self._children.append(popen)
                 state["processes"][component] = new.to_dict()
                 self._write_state(state)
                 if component != APISERVER:
                     return
-                pki_dir = self.state_dir / "pki"
-                api = _Api(state["api_server"], pki_.CertKey(pki_dir / "ca.crt", pki_dir / "ca.key"),
-                           pki_.CertKey(pki_dir / "admin.crt", pki_dir / "admin.key"))
                 try:
                     self._wait("kube-apiserver to answer /readyz after its restart",
-                               lambda api=api: self._get_ok(api, "/readyz"), [new], deadline)
+                               lambda: self._get_ok(api, "/readyz"), [new], deadline)
                     return
                 except DevClusterError:
-                    if time.monotonic() >= deadline or not _lost_its_port(Path(old.log), log_start):
+                    if time.monotonic() >= deadline or not _lost_its_port(log, log_start):
                         raise
                     self._on_progress(f"{component} found its port taken as it started again; retrying")
 
