@@ -8,7 +8,9 @@ baseline's). ``kubectl get netfs`` lists them; ``mountwarden inventory`` prints 
 objects themselves, without the operator.
 """
 
+import itertools
 import json
+from collections.abc import Callable, Iterable
 from datetime import datetime
 
 from pydantic import Field
@@ -120,37 +122,54 @@ class NetworkFileSystemSpec(ApiModel):
     checked_at: datetime = Field(description="When the operator last took the inventory.")
 
 
-def network_file_system(item: dict, checked_at: str) -> dict:
-    """The NetworkFileSystem object of one file system of the inventory (mountwarden.core.inventory's dict)."""
+def network_file_system(item: dict, checked_at: str, volumes: Callable[[], Iterable[dict]] | None = None) -> dict:
+    """The NetworkFileSystem object of one file system of the inventory (mountwarden.core.inventory's dict).
+
+    ``volumes``, when given, makes the file system's volume dicts afresh on each call (``item``'s own are then
+    ignored): it is called twice, once to size each volume and once to make those that fit, so that a pass never
+    holds every volume as a dict at once (mountwarden.core.inventory's ``FileSystemView.volume_dicts``).
+    """
     spec = {key: value for key, value in item.items() if key not in ("name", "objectName")}
     spec = {"fileSystem": item["name"], **spec, "checkedAt": checked_at}
-    wire = NetworkFileSystemSpec.model_validate(_within_budget(spec)).to_wire()
+    if volumes is None:
+        listed = spec["volumes"]
+        volumes = lambda: listed  # noqa: E731 (the dicts at hand, walked twice)
+    wire = NetworkFileSystemSpec.model_validate(_within_budget(spec, volumes)).to_wire()
     return {"apiVersion": API_VERSION, "kind": KIND,
             "metadata": {"name": item["objectName"], "labels": dict(LABELS)}, "spec": wire}
 
 
-def _within_budget(spec: dict) -> dict:
+def _within_budget(spec: dict, volumes: Callable[[], Iterable[dict]]) -> dict:
     """Leave pods' options, then volumes and findings out, until the spec fits; say what was left out.
 
     The size is summed item by item, never taken with one json.dumps of the whole spec: at 20,000 pods that is
     6.6 MB of JSON, and the C encoder holds the GIL throughout (50 ms here, several times a pass), so every other
-    thread waited, the webhook's event loop included (bench/results/scale_webhook_profile.txt, run F).
+    thread waited, the webhook's event loop included (bench/results/scale_webhook_profile.txt, run F). Volumes are
+    sized as ``volumes()`` makes them, each dropped once sized: only the ones kept are made again.
     """
-    volumes, findings = list(spec["volumes"]), list(spec["findings"])
+    findings = list(spec["findings"])
     rest = _encoded_size({**spec, "volumes": [], "findings": []})
     finding_sizes = [_encoded_size(finding) for finding in findings]
-    if rest + _list_extra([_encoded_size(volume) for volume in volumes]) + _list_extra(finding_sizes) <= SPEC_BUDGET:
-        return spec
-    volumes = [{**volume, "pods": [{**pod, "effectiveOptions": None} for pod in volume["pods"]]} for volume in volumes]
-    volumes_to, findings_to = _prefix_sums(_encoded_size(volume) for volume in volumes), _prefix_sums(finding_sizes)
-    kept_volumes, kept_findings = len(volumes), len(findings)
+    full_sizes, bare_sizes = [], []  # each volume with its pods' effective options, and without
+    for volume in volumes():
+        full_sizes.append(_encoded_size(volume))
+        bare_sizes.append(_encoded_size(_without_effective_options(volume)))
+    if rest + _list_extra(full_sizes) + _list_extra(finding_sizes) <= SPEC_BUDGET:
+        return {**spec, "volumes": list(volumes())}
+    volumes_to, findings_to = _prefix_sums(bare_sizes), _prefix_sums(finding_sizes)
+    kept_volumes, kept_findings = len(bare_sizes), len(findings)
     while (rest + _list_extra_of(volumes_to, kept_volumes) + _list_extra_of(findings_to, kept_findings) > SPEC_BUDGET
            and (kept_volumes or kept_findings)):
         kept_volumes, kept_findings = kept_volumes * 3 // 4, kept_findings * 3 // 4
-    return {**spec, "volumes": volumes[:kept_volumes], "findings": findings[:kept_findings],
-            "omitted": (f"{len(volumes) - kept_volumes} volumes, {len(findings) - kept_findings} findings and every "
-                        "pod's effective options left out to fit one object: `mountwarden inventory --json` lists "
-                        "them all")}
+    kept = [_without_effective_options(volume) for volume in itertools.islice(volumes(), kept_volumes)]
+    return {**spec, "volumes": kept, "findings": findings[:kept_findings],
+            "omitted": (f"{len(bare_sizes) - kept_volumes} volumes, {len(findings) - kept_findings} findings and "
+                        "every pod's effective options left out to fit one object: `mountwarden inventory --json` "
+                        "lists them all")}
+
+
+def _without_effective_options(volume: dict) -> dict:
+    return {**volume, "pods": [{**pod, "effectiveOptions": None} for pod in volume["pods"]]}
 
 
 def _encoded_size(value) -> int:

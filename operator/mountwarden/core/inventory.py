@@ -14,7 +14,7 @@ NetworkFileSystem object per file system. Both feed the same function: ``take_in
 """
 
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -181,15 +181,24 @@ class FileSystemView:
         }
 
     def to_dict(self) -> dict:
+        return {**self.head_dict(), "volumes": list(self.volume_dicts())}
+
+    def head_dict(self) -> dict:
+        """Everything ``to_dict`` says but the volumes (``volume_dicts``), in the same order of keys."""
         return {
             "name": self.name, "objectName": self.object_name, "kind": "efs" if self.efs else "nfs",
             "servers": sorted(self.servers), "summary": self.summary(),
             "classes": [cls.to_dict() for cls in sorted(self.classes.values(), key=lambda c: c.entry.name)],
-            "volumes": [volume.to_dict() for volume in self.volumes],
+            "volumes": [],
             "inlineVolumes": [inline.to_dict() for inline in self.inline],
             "disagreements": list(self.disagreements),
             "findings": [finding_dict(finding) for finding in self.findings],
         }
+
+    def volume_dicts(self) -> Iterator[dict]:
+        """Each volume's dict, made as it is asked for: one file system's volumes as dicts at once are most of a
+        pass's memory at scale (13 MiB at 20,000 pods), and its NetworkFileSystem keeps at most 1 MB of them."""
+        return (volume.to_dict() for volume in self.volumes)
 
 
 def finding_dict(finding: Finding) -> dict:

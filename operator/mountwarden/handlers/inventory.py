@@ -130,8 +130,9 @@ def _take_and_hand_out(memo: OperatorContext, kopf_indexes: Mapping[str, dict], 
 def _write(inventory: Inventory, state: InventoryLoop, writer: NetworkFileSystems, now: datetime) -> None:
     checked_at = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     wanted = {}
-    for item in inventory.to_dict()["items"]:
-        body = network_file_system(item, checked_at)
+    for fs in inventory.file_systems:
+        # The volumes made one at a time, and again only those that fit: never all of them as dicts at once.
+        body = network_file_system(fs.head_dict(), checked_at, fs.volume_dicts)
         wanted[body["metadata"]["name"]] = body
     clock = time.monotonic()
     for name, body in wanted.items():
