@@ -2,7 +2,12 @@
 
 import os
 
-from mountwarden.handlers.native_heap import give_back_free_memory, limit_arenas
+from mountwarden.handlers.native_heap import (
+    give_back_free_memory,
+    heap_figures,
+    limit_arenas,
+    map_large_blocks_apart,
+)
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -29,10 +34,25 @@ def test_the_arenas_are_capped_on_glibc():
     assert limit_arenas()
 
 
+def test_a_large_block_freed_goes_back_to_the_system_however_large_the_blocks_before_it():
+    # On glibc's default, freeing a mapped 8 MiB block raises the threshold to 8 MiB: the next 1 MiB block then comes
+    # from the heap, and stays there once freed. Fixed at 256 KiB, it is mapped apart, and unmapped when freed.
+    assert map_large_blocks_apart()
+    del_at_once = bytearray(8 * 2**20)
+    del del_at_once
+    mapped_before = heap_figures().hblkhd
+    block = bytearray(2**20)
+    assert heap_figures().hblkhd - mapped_before >= 2**20
+    del block
+    assert heap_figures().hblkhd == mapped_before
+
+
 class NoMalloc:
     """A C library without glibc's malloc extensions (musl has neither mallopt nor malloc_trim)."""
 
 
 def test_elsewhere_than_glibc_both_do_nothing_and_say_so():
     assert not limit_arenas(libc=NoMalloc())
+    assert not map_large_blocks_apart(libc=NoMalloc())
+    assert heap_figures(libc=NoMalloc()) is None
     assert not give_back_free_memory(libc=NoMalloc())

@@ -7,18 +7,27 @@ eight per core) and keeps what is freed in each for that arena's reuse rather th
 ``limit_arenas`` caps the arenas (glibc's M_ARENA_MAX), before the threads start; ``give_back_free_memory`` asks
 glibc to hand the free pages of every arena back (``malloc_trim``), once the first lists are in. Not after each of
 the timers' bursts: a trim holds each arena's lock while it walks it, and the webhook's thread allocates from one of
-the two. The gain is modest: the scale bench's peak at 20,000 pods went from 446 to 421 MiB (one run each). A fixed
-mmap threshold (MALLOC_MMAP_THRESHOLD_=256 KiB, MALLOC_TRIM_THRESHOLD_=1 MiB) gained no more: 393 against 409 MiB,
-one run each. Elsewhere than on glibc both do nothing and say so.
+the two. The gain is modest: the scale bench's peak at 20,000 pods went from 446 to 421 MiB (one run each).
+
+``map_large_blocks_apart`` fixes the size from which a block gets a mapping of its own (glibc's M_MMAP_THRESHOLD), so
+that freeing it returns it to the system at once. glibc's default starts at 128 KiB and rises to the size of each
+mapped block freed, up to 32 MiB: after the first pages of a list (response bodies of megabytes) every such block
+came from the heap, and what the bursts freed there stayed resident between live blocks. With the threshold fixed
+at 256 KiB the scale bench's heap at the end was 43 MiB, 9 of them free, against 68 and 35 (bench/memprofile.py's
+breakdown, one run each), and the operator's peak 207 MiB against 221 to 223
+(bench/results/scale_memory_profile.txt). Elsewhere than on glibc each of these does nothing and says so.
 """
 
 import ctypes
 
-#: glibc's mallopt parameter for the most arenas (malloc.h).
+#: glibc's mallopt parameters (malloc.h): the most arenas, and the size from which a block is mapped apart.
 M_ARENA_MAX = -8
+M_MMAP_THRESHOLD = -3
 #: Two arenas: threads that allocate at once (the lists, the webhook, a burst) contend a little, against one arena
 #: per thread, each holding the free memory of its own peak.
 ARENAS = 2
+#: Response bodies and the tables of big dicts and lists are above it; pymalloc's objects and most lists far below.
+MMAP_THRESHOLD_BYTES = 256 * 1024
 
 
 def _libc():
@@ -37,6 +46,33 @@ def limit_arenas(arenas: int = ARENAS, libc=_C) -> bool:
     if mallopt is None:
         return False
     return mallopt(ctypes.c_int(M_ARENA_MAX), ctypes.c_int(arenas)) == 1
+
+
+def map_large_blocks_apart(threshold: int = MMAP_THRESHOLD_BYTES, libc=_C) -> bool:
+    """Give every block of ``threshold`` bytes or more a mapping of its own, unmapped when freed; fixed, it no longer
+    rises with the blocks freed. Whether the C library took it."""
+    mallopt = getattr(libc, "mallopt", None)
+    if mallopt is None:
+        return False
+    return mallopt(ctypes.c_int(M_MMAP_THRESHOLD), ctypes.c_int(threshold)) == 1
+
+
+class MallInfo(ctypes.Structure):
+    """glibc's struct mallinfo2 (glibc >= 2.33): every field a size_t."""
+
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                 "keepcost")]
+
+
+def heap_figures(libc=_C) -> MallInfo | None:
+    """malloc's own figures, summed over its arenas: ``arena`` (the heaps' bytes), ``hblkhd`` (bytes mapped apart),
+    ``uordblks`` (in use in the heaps), ``fordblks`` (free there, kept). None without glibc's mallinfo2."""
+    mallinfo2 = getattr(libc, "mallinfo2", None)
+    if mallinfo2 is None:
+        return None
+    mallinfo2.restype = MallInfo
+    return mallinfo2()
 
 
 def give_back_free_memory(libc=_C) -> bool:

@@ -19,7 +19,7 @@ from mountwarden.handlers import metrics
 from mountwarden.handlers.config import OperatorConfig
 from mountwarden.handlers.context import OperatorContext
 from mountwarden.handlers.kopfpatch import wake_waiters_only_on_flips
-from mountwarden.handlers.native_heap import limit_arenas
+from mountwarden.handlers.native_heap import limit_arenas, map_large_blocks_apart
 from mountwarden.handlers.posted import PostedFindings
 
 PREFIX = "mountwarden.io"
@@ -132,6 +132,7 @@ def register_handlers(config: OperatorConfig, registry: kopf.OperatorRegistry | 
 def run(config: OperatorConfig, *, standalone: bool = True, liveness_endpoint: str | None = None,
         peering_name: str | None = None, priority: int = 0) -> None:
     limit_arenas()  # before the watches' and the webhook's threads make arenas of their own
+    map_large_blocks_apart()
     sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
     registry = register_handlers(config)
     wake_waiters_only_on_flips()
