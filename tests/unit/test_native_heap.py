@@ -38,8 +38,8 @@ def test_a_large_block_freed_goes_back_to_the_system_however_large_the_blocks_be
     # On glibc's default, freeing a mapped 8 MiB block raises the threshold to 8 MiB: the next 1 MiB block then comes
     # from the heap, and stays there once freed. Fixed at 256 KiB, it is mapped apart, and unmapped when freed.
     assert map_large_blocks_apart()
-    del_at_once = bytearray(8 * 2**20)
-    del del_at_once
+    freed_first = bytearray(8 * 2**20)
+    del freed_first
     mapped_before = heap_figures().hblkhd
     block = bytearray(2**20)
     assert heap_figures().hblkhd - mapped_before >= 2**20
