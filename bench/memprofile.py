@@ -11,6 +11,12 @@ objects against the free memory the allocators keep after a burst.
 
 (tracemalloc would name allocation sites, but tracing every allocation of a process that
 lists tens of thousands of objects made it ten times slower: too slow to reach its peak.)
+
+A census can, rarely, kill the profiled process: on CPython before 3.13, gc.get_objects() hands
+out a tuple that ``tuple(generator)`` is still building in another thread, whose next resize
+then fails (``SystemError: Objects/tupleobject.c:927: bad argument to internal function``;
+python/cpython#39117, fixed by gh-107137). Seen once in the operator's start-up, 2026-12-05:
+the bench then waits for a Ready that never comes; run it again.
 """
 
 import gc
