@@ -9,13 +9,14 @@ glibc to hand the free pages of every arena back (``malloc_trim``), once the fir
 the timers' bursts: a trim holds each arena's lock while it walks it, and the webhook's thread allocates from one of
 the two. The gain is modest: the scale bench's peak at 20,000 pods went from 446 to 421 MiB (one run each).
 
-``map_large_blocks_apart`` fixes the size from which a block gets a mapping of its own (glibc's M_MMAP_THRESHOLD), so
-that freeing it returns it to the system at once. glibc's default starts at 128 KiB and rises to the size of each
-mapped block freed, up to 32 MiB: after the first pages of a list (response bodies of megabytes) every such block
-came from the heap, and what the bursts freed there stayed resident between live blocks. With the threshold fixed
-at 256 KiB the scale bench's heap at the end was 43 MiB, 9 of them free, against 68 and 35 (bench/memprofile.py's
-breakdown, one run each), and the operator's peak 207 MiB against 221 to 223
-(bench/results/scale_memory_profile.txt). Elsewhere than on glibc each of these does nothing and says so.
+``map_large_blocks_apart`` fixes the size from which a block that no free chunk of the heap holds gets a mapping of
+its own (glibc's M_MMAP_THRESHOLD), given back to the system when freed, rather than growing the heap. glibc's default
+starts at 128 KiB and rises to the size of each mapped block freed, up to 32 MiB (the heap's trim threshold with it,
+to twice that): after the first pages of a list (response bodies of megabytes) such blocks grew the heap, and what
+the bursts freed there stayed resident between live blocks. With the threshold fixed at 256 KiB the scale bench's
+heap at the end was 43 MiB, 9 of them free, against 68 and 35 (bench/memprofile.py's breakdown, one run each), and
+the operator's peak 207 MiB against 221 to 223 (bench/results/scale_memory_profile.txt). Elsewhere than on glibc
+each of these does nothing and says so.
 """
 
 import ctypes
@@ -49,8 +50,9 @@ def limit_arenas(arenas: int = ARENAS, libc=_C) -> bool:
 
 
 def map_large_blocks_apart(threshold: int = MMAP_THRESHOLD_BYTES, libc=_C) -> bool:
-    """Give every block of ``threshold`` bytes or more a mapping of its own, unmapped when freed; fixed, it no longer
-    rises with the blocks freed. Whether the C library took it."""
+    """A block of ``threshold`` bytes or more that no free chunk of the heap holds gets a mapping of its own (unmapped
+    when freed) rather than growing the heap; fixed, the threshold no longer rises with the blocks freed. Whether the
+    C library took it."""
     mallopt = getattr(libc, "mallopt", None)
     if mallopt is None:
         return False
