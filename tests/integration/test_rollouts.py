@@ -951,7 +951,7 @@ def test_a_volume_changed_by_another_writer_after_the_read_is_re_read_and_nothin
                                                "spec": {"mountOptions": outside}})
         with pytest.raises(TransientApiError) as refused:
             cluster.perform(step.actions)
-        assert refused.value.status == 409
+        assert refused.value.status == 409 and refused.value.performed == 0
         volume = kube.core.read_persistent_volume(pv)
         assert volume.spec.mount_options == outside and PREVIOUS not in volume.metadata.annotations
         template = kube.apps.read_namespaced_deployment("app", namespace).spec.template.metadata.annotations or {}
@@ -966,3 +966,33 @@ def test_a_volume_changed_by_another_writer_after_the_read_is_re_read_and_nothin
         assert template["mountwarden.io/restarted-for"] == cached_class
     finally:
         kube.core.delete_persistent_volume(pv)
+
+
+def test_a_refused_patch_says_how_many_writes_of_its_tick_went_in_before_it(kube, namespace, unique):
+    """Unused PVs are patched in one batch; an outside write to the third refuses its patch (409) and stops the
+    rest, and the error counts the two that went in: the rollout daemon retries such a tick at once
+    (mountwarden.handlers.errors.Retries), as it has less left to do."""
+    staging_class, cached_class = f"batch-{unique}-v1", f"batch-{unique}-v2"
+    pvs = [f"pv-batch-{unique}-{n}" for n in range(4)]
+    for n, pv in enumerate(pvs):
+        prebound_claim(kube, namespace, f"data-{n}", pv, staging_class, STAGING,
+                       server="fs-0123456789abcdef0.efs.us-east-1.amazonaws.com", path=f"/{unique}/{n}")
+    try:
+        for pv in pvs:
+            wait_for(lambda pv=pv: kube.core.read_persistent_volume(pv).status.phase == "Bound", what=f"{pv} bound")
+        versions = (Version(staging_class, 1, tuple(STAGING)), Version(cached_class, 2, tuple(CACHED)))
+        target = Target(f"batch-{unique}", versions[1], versions, Policy(approval="Automatic"))
+        cluster = ClusterWorkloads(kube.client)
+        world = cluster.read([staging_class, cached_class], with_reports=False)
+        step = advance(build_plan(target, world), None, datetime.now(UTC))
+        patched = [action.name for action in step.actions if isinstance(action, PatchVolume)]
+        assert sorted(patched) == pvs
+        kube.core.patch_persistent_volume(patched[2], {"metadata": {"labels": {"example.com/team": "b"}}})
+        with pytest.raises(TransientApiError) as refused:
+            cluster.perform(step.actions)
+        assert refused.value.status == 409 and refused.value.performed == 2
+        options = {pv: kube.core.read_persistent_volume(pv).spec.mount_options for pv in patched}
+        assert options == {patched[0]: CACHED, patched[1]: CACHED, patched[2]: STAGING, patched[3]: STAGING}
+    finally:
+        for pv in pvs:
+            kube.core.delete_persistent_volume(pv)

@@ -26,6 +26,8 @@ class TransientApiError(RuntimeError):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(f"Kubernetes API answered {status}: {message}")
         self.status = status
+        #: Writes of the same batch that went in before this one was refused (set by who performs the batch).
+        self.performed = 0
 
 
 def api_client(kubeconfig: str | None = None, context: str | None = None) -> ApiClient:

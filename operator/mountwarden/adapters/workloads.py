@@ -18,7 +18,7 @@ import kubernetes
 import msgspec
 from kubernetes.client import ApiClient, ApiException
 
-from mountwarden.adapters.kube import transient_errors
+from mountwarden.adapters.kube import TransientApiError, transient_errors
 from mountwarden.adapters.pods import rollout_pods_of_page
 from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.nodemountreport import PLURAL as REPORTS
@@ -264,18 +264,23 @@ class ClusterWorkloads:
 
     def perform(self, actions: Iterable[PatchVolume | RestartWorkload | RemountPod | ReleaseVolume],
                 ) -> list[RefusedEviction]:
-        """In order; the first failure stops the rest (the next tick decides again from the world).
+        """In order; the first failure stops the rest (the next tick decides again from the world), and says how
+        many went in before it (TransientApiError.performed).
 
         Returns the evictions the API refused (a PodDisruptionBudget changed since the world was read).
         """
         refused = []
-        for action in actions:
-            if isinstance(action, PatchVolume | ReleaseVolume):
-                self.patch_volume(action)
-            elif isinstance(action, RestartWorkload):
-                self.restart(action)
-            elif (refusal := self.remount(action)) is not None:
-                refused.append(refusal)
+        for performed, action in enumerate(actions):
+            try:
+                if isinstance(action, PatchVolume | ReleaseVolume):
+                    self.patch_volume(action)
+                elif isinstance(action, RestartWorkload):
+                    self.restart(action)
+                elif (refusal := self.remount(action)) is not None:
+                    refused.append(refusal)
+            except TransientApiError as error:
+                error.performed = performed
+                raise
         return refused
 
     def patch_volume(self, action: PatchVolume | ReleaseVolume) -> None:

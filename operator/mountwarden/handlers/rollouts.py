@@ -59,7 +59,7 @@ from mountwarden.core.storageclass import ClassEntry
 from mountwarden.handlers import findings, metrics
 from mountwarden.handlers.config import OperatorConfig
 from mountwarden.handlers.context import OperatorContext
-from mountwarden.handlers.errors import backoff
+from mountwarden.handlers.errors import Retries, backoff
 from mountwarden.handlers.indexes import snapshot
 
 PROFILE = (GROUP, VERSION, PLURAL)
@@ -430,7 +430,7 @@ async def drive_rollout(name: str, body: kopf.Body, memo: OperatorContext, stopp
     rollout = ProfileRollout(name, memo.kube_client, wakeups)
     wake = wakeups.event(name)
     wake.set()  # the first tick runs at once: a rollout may have been under way when the operator started
-    failures = 0
+    retries = Retries()
     try:
         while not stopped:
             await _next_wakeup(wake, stopped, wakeups.next_tick_within(name, memo.config.rollout_interval))
@@ -446,16 +446,20 @@ async def drive_rollout(name: str, body: kopf.Body, memo: OperatorContext, stopp
                                    {profile: tuple(volumes_by_adopter.get(profile, ())) for profile in
                                     list(volumes_by_adopter)}, memo.config.network_provisioners, memo.pods.name_of)
                 await asyncio.to_thread(rollout.tick, body, volumes_by_class, view)
-                failures = 0
+                retries = Retries()
             except TransientApiError as error:
-                failures += 1
-                logger.warning(f"rollout tick failed ({error}); trying again in {backoff(failures):.0f} s")
-                await asyncio.sleep(backoff(failures))
+                retries, delay = retries.after(error)
+                if delay:
+                    logger.warning(f"rollout tick failed ({error}); trying again in {delay:.0f} s")
+                    await asyncio.sleep(delay)
+                else:
+                    logger.info(f"rollout tick refused ({error}): an object changed since the tick read it; "
+                                f"reading again")
                 wake.set()
             except Exception:  # a bug must not end the daemon: the next event or the safety net retries
-                failures += 1
+                retries = Retries(retries.failures + 1, retries.conflicts)
                 logger.exception("rollout tick failed")
-                await asyncio.sleep(backoff(failures))
+                await asyncio.sleep(backoff(retries.failures))
             finally:
                 wakeups.tick_ended(name)
     finally:
