@@ -39,6 +39,7 @@ from mountwarden.core.rollout import (
     advance,
     build_plan,
 )
+from mountwarden.handlers.rollouts import ProfileRollout, RolloutWakeups
 
 pytestmark = pytest.mark.cluster
 
@@ -882,6 +883,40 @@ def test_an_option_with_a_comma_is_recorded_whole_and_a_rollback_from_the_record
 
     case.kube.core.patch_persistent_volume(pv, {"spec": {"mountOptions": json.loads(record)}})
     assert case.pv(pv).spec.mount_options == labelled
+
+
+def test_a_tick_handed_a_stale_view_of_its_profile_judges_from_the_stored_one_and_reads_nothing_more(scenario):
+    """kopf's live view of a profile can lag behind its daemon's own status write: a tick woken by the watch events
+    of its own PV patches saw no finished rollout there and read the whole cluster again. It judges from the stored
+    profile, which says Complete, and reads no workload, pod or PV."""
+    case = scenario
+    case.start("staging", rollout=AUTOMATIC)
+    pv = case.claim("data", case.v1, STAGING)
+    case.apply("cached", rollout=AUTOMATIC)
+    case.wait_phase("Complete", f"{case.profile}-v2")
+    stored = case.kube.profile(case.profile)
+    stale = {**stored, "status": {**stored["status"], "rollout": None}}  # as the live view was before the write
+
+    reads = []
+
+    class Counted(ClusterWorkloads):
+        def read(self, *args, **kwargs):
+            reads.append(args)
+            return super().read(*args, **kwargs)
+
+    rollout = ProfileRollout(case.profile, case.kube.client, RolloutWakeups())
+    rollout.cluster = Counted(case.kube.client)
+    by_class = {case.v1: [pv]}  # PatchBoundVolumes leaves the PV on its class, with the new options
+    rollout.tick(stale, by_class)
+    assert reads == []
+    assert case.rollout()["phase"] == "Complete" and case.pv(pv).spec.mount_options == CACHED
+
+    # Handed the same stale view while the stored profile's rollout does need the cluster, it reads it once.
+    case.kube.custom.patch_cluster_custom_object_status(GROUP, VERSION, "storageprofiles", case.profile,
+                                                       {"status": {"rollout": {"volumes": []}}})
+    rollout.tick(stale, by_class)
+    assert len(reads) == 1
+    case.wait_phase("Complete", f"{case.profile}-v2")
 
 
 def test_a_tick_keeps_only_the_pods_of_its_claims_reading_the_namespace_in_pages(kube, namespace, unique):

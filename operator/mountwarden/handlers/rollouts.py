@@ -293,9 +293,14 @@ class ProfileRollout:
         if not self._needs_world(body, volumes_by_class, view):
             self._settle(ProfileStatus(body.get("status")).rollout)
             return
-        # The live view may not show this daemon's last status write yet: judge from the stored profile.
+        # The live view may not show this daemon's last status write yet: judge from the stored profile. A tick
+        # woken by the watch events of its own PV patches sees the finished rollout only there (bench/scale.py read
+        # the whole cluster once more per change without this).
         with transient_errors():
             fresh = self.custom.get_cluster_custom_object(*PROFILE, self.name)
+        if not self._needs_world(fresh, volumes_by_class, view):
+            self._settle(ProfileStatus(fresh.get("status")).rollout)
+            return
         spec, status, meta = fresh.get("spec") or {}, fresh.get("status") or {}, fresh.get("metadata") or {}
         target = _target(self.name, spec, status, meta)
         previous = ProfileStatus(status).rollout
