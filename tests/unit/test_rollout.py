@@ -4,6 +4,7 @@ The world: profile p goes from v1 (coherent) to v2 (cached); workloads live in n
 Deployment <w> mounts claim <w>, bound to PV pv-<w>, through pods <w>-<i> of ReplicaSet <w>-rs.
 """
 
+import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -11,6 +12,7 @@ import pytest
 
 from mountwarden.api.storageprofile import RolloutStatus
 from mountwarden.core.rollout import (
+    LISTED_CONSUMERS,
     Autoscaler,
     DisruptionBudget,
     NodeReport,
@@ -630,6 +632,29 @@ def test_a_bare_pod_already_on_the_new_options_is_not_listed():
     bare = replace(pod("a", 0), owner=None)
     w = world([patched("a")], [bare], [], [report("n1", mount(bare))])
     assert step(w).status["consumersOnOlderVersions"] == []
+
+
+def test_thousands_of_bare_pods_are_counted_and_the_first_fifty_listed_so_the_status_fits_in_etcd():
+    """bench/scale.py: a record for each of 4,000 bare pods, in two lists, made the status write fail (etcd refuses a
+    request over 1.5 MiB); the retry, its volumes patched by then, never said who lost freshness."""
+    volumes = [volume(f"v{n:04d}") for n in range(1000)]
+    bare = [replace(pod(f"v{n % 1000:04d}", n), owner=None) for n in range(4000)]
+    result = step(world(volumes, bare, []), t=target(Policy()))  # awaiting approval: nothing patched yet
+    status = result.status
+    assert status["consumersOnOlderVersionsCount"] == status["freshnessLossCount"] == 4000
+    assert len(status["consumersOnOlderVersions"]) == len(status["freshnessLoss"]) == LISTED_CONSUMERS
+    assert len(json.dumps(status)) < 256 * 1024
+    RolloutStatus.model_validate(status)  # the CRD's shape
+    # The plan (`mountwarden plan`) still names every one of them, in the same order.
+    every = build_plan(target(Policy()), world(volumes, bare, [])).to_dict()["freshnessLoss"]
+    assert len(every) == 4000 and every[:LISTED_CONSUMERS] == status["freshnessLoss"]
+
+
+def test_a_few_consumers_are_all_listed_and_counted():
+    bare = replace(pod("a", 0), owner=None)
+    status = step(world([volume("a")], [bare], []), t=target(Policy())).status
+    assert status["consumersOnOlderVersionsCount"] == status["freshnessLossCount"] == 1
+    assert [r["name"] for r in status["freshnessLoss"]] == ["a-0"]
 
 
 def test_a_statefulset_at_zero_is_found_through_its_claim_templates():

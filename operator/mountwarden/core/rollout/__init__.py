@@ -31,7 +31,7 @@ from mountwarden.core.rollout.actions import (
 from mountwarden.core.rollout.machine import DISRUPTION_BUDGET, IN_FLIGHT, Phase, State
 from mountwarden.core.rollout.plan import Consumer, Plan, VolumeChange, adopting, build_plan
 from mountwarden.core.rollout.status import needs_world
-from mountwarden.core.rollout.tick import advance
+from mountwarden.core.rollout.tick import LISTED_CONSUMERS, advance
 from mountwarden.core.rollout.verify import Check, PodCheck, verify_pod
 from mountwarden.core.rollout.world import (
     APPLIED_VERSION_ANNOTATION,
@@ -56,7 +56,7 @@ from mountwarden.core.rollout.world import (
 )
 
 __all__ = [
-    "APPLIED_VERSION_ANNOTATION", "APPROVE_ANNOTATION", "DISRUPTION_BUDGET", "IN_FLIGHT",
+    "APPLIED_VERSION_ANNOTATION", "APPROVE_ANNOTATION", "DISRUPTION_BUDGET", "IN_FLIGHT", "LISTED_CONSUMERS",
     "PREVIOUS_OPTIONS_ANNOTATION", "RESTARTED_AT_ANNOTATION", "RESTARTED_FOR_ANNOTATION",
     "Action", "Autoscaler", "Check", "DisruptionBudget", "Consumer", "Event", "NodeReport", "PatchVolume", "Phase", "Plan",
     "Pod", "PodCheck", "Policy", "ReleaseVolume", "RemountPod", "ReportedMount", "RestartWorkload", "State", "Step", "Target", "Version", "Volume",

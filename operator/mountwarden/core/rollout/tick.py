@@ -24,6 +24,17 @@ from mountwarden.core.rollout.status import (
 )
 from mountwarden.core.rollout.world import Target, WorkloadRef
 
+#: How many consumers status.rollout lists in each of its lists; their count says how many there are in all. etcd
+#: refuses a write of more than 1.5 MiB (its --max-request-bytes default, https://etcd.io/docs/latest/dev-guide/limit/):
+#: in bench/scale.py a record for each of 4,000 bare pods made a rollout's first status write fail (500, "etcdserver:
+#: request is too large"), and the retry, its volumes patched by then, never wrote who lost freshness.
+LISTED_CONSUMERS = 50
+
+
+def listed(key: str, records: Sequence[dict]) -> dict:
+    """status.rollout's ``key`` with its first LISTED_CONSUMERS records, and ``<key>Count`` with how many in all."""
+    return {key: list(records[:LISTED_CONSUMERS]), f"{key}Count": len(records)}
+
 
 def _previous_workloads(previous: Mapping | None, target: Target) -> dict[WorkloadRef, Mapping]:
     if not previous or previous.get("targetStorageClassName") != target.version.storage_class:
@@ -57,8 +68,9 @@ def advance(plan: Plan, previous: Mapping | None, now: datetime) -> Step:
     status["volumesPatched"] = sum(not change.to_patch for change in plan.volumes) + sum(
         isinstance(action, PatchVolume) for action in actions)
     status["workloads"] = [line.to_wire() for line in progress]
-    status["consumersOnOlderVersions"] = [consumer_record(c, plan) for c in plan.others if on_older_version(c, plan)]
-    status["freshnessLoss"] = freshness_records(plan)
+    status.update(listed("consumersOnOlderVersions",
+                         [consumer_record(c, plan) for c in plan.others if on_older_version(c, plan)]))
+    status.update(listed("freshnessLoss", freshness_records(plan)))
     status["guidance"] = None
     return Step(tuple(actions), status, tuple(events_of(previous, status, actions)))
 
@@ -128,6 +140,6 @@ def _migration_step(plan: Plan, previous: Mapping | None, now: datetime) -> Step
     status = rollout_status(plan, previous, phase, message, now)
     status["volumesPatched"] = 0
     status["workloads"] = []
-    status["consumersOnOlderVersions"] = [consumer_record(c, plan) for c in consumers]
+    status.update(listed("consumersOnOlderVersions", [consumer_record(c, plan) for c in consumers]))
     status["guidance"] = MIGRATION_GUIDANCE.format(target=plan.target.version.storage_class) if older else None
     return Step((), status, tuple(events_of(previous, status, [])))
