@@ -294,8 +294,8 @@ class ProfileRollout:
             self._settle(ProfileStatus(body.get("status")).rollout)
             return
         # The live view may not show this daemon's last status write yet: judge from the stored profile. A tick
-        # woken by the watch events of its own PV patches sees the finished rollout only there (bench/scale.py read
-        # the whole cluster once more per change without this).
+        # woken by the watch events of its own PV patches may see the finished rollout only there, and judged from
+        # the live view alone it read the whole cluster again.
         with transient_errors():
             fresh = self.custom.get_cluster_custom_object(*PROFILE, self.name)
         if not self._needs_world(fresh, volumes_by_class, view):
