@@ -68,6 +68,8 @@ lint: venv ## ruff, the import-layer contracts, tests that cannot fail (hack/wea
 	$(BIN)/python hack/weak_tests.py tests e2e
 	$(BIN)/mountwarden crds --output-dir crds --check
 	$(BIN)/mountwarden docs --output-dir docs/reference --check
+	@for f in crds/*.yaml; do cmp -s $$f charts/mountwarden/crds/$${f#crds/} || \
+		{ echo "charts/mountwarden/crds/$${f#crds/} differs from $$f: run make chart"; exit 1; }; done
 
 # MOUNTWARDEN_TEST_CLUSTER=existing: the cluster in KUBECONFIG; kubectl and helm from PATH (the control plane
 # is built only when they are missing there, or for the tests that need it). The kernel tests need the lab
