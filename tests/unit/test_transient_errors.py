@@ -102,3 +102,10 @@ def test_a_conflict_after_writes_went_in_is_always_retried_at_once_and_starts_th
     assert retries == Retries(failures=3, conflicts=0)
     _, delay = retries.after(TransientApiError(409, "Conflict"))
     assert delay == 0.0
+
+
+def test_a_bug_backs_off_as_a_failure_and_a_conflict_after_it_is_still_retried_at_once():
+    retries, delay = Retries().after(KeyError("a bug"))
+    assert delay == 2.0 and retries == Retries(failures=1)
+    retries, delay = retries.after(TransientApiError(409, "Conflict"))
+    assert delay == 0.0 and retries == Retries(failures=1, conflicts=1)

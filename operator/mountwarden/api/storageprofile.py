@@ -16,6 +16,7 @@ from mountwarden.core.compliance import Contract
 from mountwarden.core.node.activity import Thresholds, efs_file_system_limit
 from mountwarden.core.options.presets import EFS_PROVISIONER, CachePolicy
 from mountwarden.core.policy import ResolvedPolicy, backend_kind, resolve_policy
+from mountwarden.core.rollout import LISTED_CONSUMERS
 from mountwarden.core.rollout import Phase as RolloutPhase
 from mountwarden.core.rollout import State as RolloutWorkloadState
 from mountwarden.core.selectors import LABEL_VALUE_MAX
@@ -545,22 +546,22 @@ class RolloutStatus(ApiModel):
     consumers_on_older_versions: list[RolloutConsumer] = Field(
         default_factory=list,
         description="Consumers still on older options that mountwarden does not restart: every consumer under "
-        "NewStorageClass; Jobs, CronJobs and bare pods under PatchBoundVolumes. The first 50; the count says how "
-        "many in all (`mountwarden plan` lists them all).",
+        f"NewStorageClass; Jobs, CronJobs and bare pods under PatchBoundVolumes. The first {LISTED_CONSUMERS}; the "
+        "count says how many in all (`mountwarden plan` lists them all).",
     )
     consumers_on_older_versions_count: int = Field(
-        default=0, description="How many consumers are on older options in all (the list names the first 50: etcd "
-        "refuses a write of more than 1.5 MiB).",
+        default=0, description=f"How many consumers are on older options in all (the list names the first "
+        f"{LISTED_CONSUMERS}: etcd refuses a write of more than 1.5 MiB).",
     )
     freshness_loss: list[FreshnessLoss] = Field(
         default_factory=list,
         description="The consumers whose volumes the new options make staler (a longer attribute cache, negative "
-        "lookups cached), and by how much: shown before anything moves, while approval is awaited. The first 50; "
-        "the count says how many in all (`mountwarden plan` lists them all).",
+        f"lookups cached), and by how much: shown before anything moves, while approval is awaited. The first "
+        f"{LISTED_CONSUMERS}; the count says how many in all (`mountwarden plan` lists them all).",
     )
     freshness_loss_count: int = Field(
-        default=0, description="How many consumers lose freshness in all (the list names the first 50: etcd "
-        "refuses a write of more than 1.5 MiB).",
+        default=0, description=f"How many consumers lose freshness in all (the list names the first "
+        f"{LISTED_CONSUMERS}: etcd refuses a write of more than 1.5 MiB).",
     )
     guidance: str | None = Field(default=None, description="How to migrate consumers to the new class.")
 

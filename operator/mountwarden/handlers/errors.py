@@ -33,11 +33,13 @@ class Retries:
     failures: int = 0
     conflicts: int = 0
 
-    def after(self, error: TransientApiError) -> tuple["Retries", float]:
-        """The count after ``error``, and the seconds to wait before trying again."""
-        if error.status == CONFLICT and error.performed:
+    def after(self, error: Exception) -> tuple["Retries", float]:
+        """The count after ``error``, and the seconds to wait before trying again (any error but a conflict backs
+        off, a bug's as a failing server's)."""
+        conflict = isinstance(error, TransientApiError) and error.status == CONFLICT
+        if conflict and error.performed:
             return Retries(self.failures, 0), 0.0
-        if error.status == CONFLICT and self.conflicts < CONFLICT_RETRIES:
+        if conflict and self.conflicts < CONFLICT_RETRIES:
             return Retries(self.failures, self.conflicts + 1), 0.0
         failures = self.failures + 1
         return Retries(failures, self.conflicts), backoff(failures)

@@ -59,7 +59,7 @@ from mountwarden.core.storageclass import ClassEntry
 from mountwarden.handlers import findings, metrics
 from mountwarden.handlers.config import OperatorConfig
 from mountwarden.handlers.context import OperatorContext
-from mountwarden.handlers.errors import Retries, backoff
+from mountwarden.handlers.errors import Retries
 from mountwarden.handlers.indexes import snapshot
 
 PROFILE = (GROUP, VERSION, PLURAL)
@@ -461,10 +461,10 @@ async def drive_rollout(name: str, body: kopf.Body, memo: OperatorContext, stopp
                     logger.info(f"rollout tick refused ({error}): an object changed since the tick read it; "
                                 f"reading again")
                 wake.set()
-            except Exception:  # a bug must not end the daemon: the next event or the safety net retries
-                retries = Retries(retries.failures + 1, retries.conflicts)
+            except Exception as error:  # a bug must not end the daemon: the next event or the safety net retries
+                retries, delay = retries.after(error)
                 logger.exception("rollout tick failed")
-                await asyncio.sleep(backoff(retries.failures))
+                await asyncio.sleep(delay)
             finally:
                 wakeups.tick_ended(name)
     finally:
