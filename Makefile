@@ -84,8 +84,8 @@ TEST_ENV = MOUNTWARDEN_TESTBIN_DIR=$$(hack/testbin/build.sh) MOUNTWARDEN_LAB_DIR
 	MOUNTWARDEN_NODE_IMAGE_DIR=$$(hack/lab/build.sh node) MOUNTWARDEN_NODEBIN_DIR=$$(hack/nodebin/build.sh) \
 	MOUNTWARDEN_IMAGE_DIR=$$(hack/image/build.sh) MOUNTWARDEN_PROMTOOL_DIR=$$(hack/promtool/build.sh)
 endif
-# Two lanes (conftest.py): the emulated VMs' tests in one, every other module beside them in the other.
-TEST_LANES ?= -n 2
+# Three lanes (conftest.py): the real node's tests, the kernel lab's, and every other module beside them.
+TEST_LANES ?= -n 3
 # Every run ends with its twenty slowest tests and their time: where the suite's time goes (issue 29).
 TEST_REPORT ?= --durations=20
 test: $(TEST_NEEDS) ## Lint and run the whole suite: a real control plane (local, or KUBECONFIG's: see README), a real kernel in QEMU

@@ -110,10 +110,10 @@ def parse_metrics(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], fl
             for family in text_string_to_metric_families(text) for sample in family.samples}
 
 
-#: Where the tests of each emulated VM live, in the order they run (conftest.py): each VM's tests run together.
+#: Where the tests of each emulated VM live (conftest.py): each directory's tests run together, in a lane of its own.
 VM_TEST_DIRECTORIES = ("tests/kernel/", "tests/realnode/")
 #: Kernel modules that boot a lab VM of their own (they stop the server, or rpcbind, for good) and never touch the
-#: shared one: under xdist they run in the other lane, beside the shared VM's tests (conftest.py).
+#: shared one: they run first in the lab's lane, before the shared VM boots (conftest.py).
 OWN_VM_MODULES = ("tests/kernel/test_gateway.py", "tests/kernel/test_dead_server.py",
                   "tests/kernel/test_server_not_responding.py")
 #: The fixture of the shared lab VM, which no module of OWN_VM_MODULES may use (a second shared VM would boot).
