@@ -2,8 +2,9 @@
 
 `make test` runs the suite in three lanes (pytest-xdist, `-n 3`, the scheduler below): the real node's tests in
 one, the kernel lab's in another (the modules that boot a VM of their own first, then the shared lab VM's), and
-every other module wherever a lane is free. A VM under TCG keeps a core busy while it is up and its tests mostly
-wait on it, so at most two VMs run at once and the control-plane tests run beside them. With two lanes the real
+every other module wherever a lane is free. A VM under TCG takes a host core while its tests work it (at rest, with
+the chart on the real node, about a quarter of one), so at most two VMs run at once and the control-plane tests run
+beside them. With two lanes the real
 node's tests ran after the lab's in one lane, which was the whole run's length (`--durations=0` of b064634,
 2026-12-06: that lane 2,311 s of a 2,322 s run, the other 1,720 s); the real node's and the lab's tests are
 independent (each boots its own VM).
@@ -26,7 +27,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
             return next((directory for directory in VM_TEST_DIRECTORIES if path.startswith(directory)), path)
 
         def _assign_work_unit(self, node) -> None:
-            # xdist orders the queue by the number of tests in a unit; the VMs' units are few tests and long.
+            # xdist orders the queue by the number of tests in a unit; the VMs' lanes are the longest whatever their count.
             for scope in reversed(VM_TEST_DIRECTORIES):
                 if scope in self.workqueue:
                     self.workqueue.move_to_end(scope, last=False)
@@ -36,15 +37,18 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def own_vm(item: pytest.Item) -> bool:
+        return item.path.as_posix().endswith(OWN_VM_MODULES)
+
     for item in items:
-        if item.path.as_posix().endswith(OWN_VM_MODULES) and SHARED_LAB_FIXTURE in item.fixturenames:
+        if own_vm(item) and SHARED_LAB_FIXTURE in item.fixturenames:
             raise pytest.UsageError(f"{item.nodeid} uses the shared lab VM ({SHARED_LAB_FIXTURE}) but its module is in "
-                                    "tests/support.py's OWN_VM_MODULES, which run before the shared VM boots: take it out of "
-                                    "that list, or boot a VM of its own")
+                                    "tests/support.py's OWN_VM_MODULES, which run before the shared VM boots: take it "
+                                    "out of that list, or boot a VM of its own")
     # Each VM's tests together, the VM directories first; in the lab's, the modules with a VM of their own before the
     # shared VM boots, so that no more than one lab VM is up at a time.
     items.sort(key=lambda item: (VM_TEST_DIRECTORIES.index(vm_directory(item)) if vm_directory(item) else
-                                 len(VM_TEST_DIRECTORIES), not item.path.as_posix().endswith(OWN_VM_MODULES)))
+                                 len(VM_TEST_DIRECTORIES), not own_vm(item)))
 
 
 @pytest.hookimpl(trylast=True)  # after pytest's own teardown: the last module's fixtures may still use the VM
