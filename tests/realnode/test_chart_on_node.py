@@ -167,6 +167,8 @@ def test_the_standby_takes_over_when_the_active_pod_is_killed(real_node, chart, 
 
 
 # -- the agent's privileges, as the runtime enforces them ----------------------------------------------------------
+# The chart as installed first (both features on), then each `helm upgrade` away from it: under emulation each
+# roll of the agent is a Python start of a minute or more, so no test rolls it only to reach the defaults.
 
 
 def agent_once(cluster, kube, namespace: str, name: str, *, args: list[str], drop: tuple[str, ...] = (),
@@ -221,6 +223,51 @@ def volume_of(report: dict, pod_uid: str) -> dict:
     return next(volume for volume in report["volumes"] if volume.get("podUid") == pod_uid)
 
 
+def test_probe_servers_fails_by_name_without_sys_ptrace_and_answers_with_it(
+        real_node, chart, cluster, kube, namespace, unique):
+    uid, _ = nfs_pod(kube, real_node, namespace, unique)
+    # The chart never gives probeServers without SYS_PTRACE: run its pod so, once, to show what that does.
+    report, log = agent_once(cluster, kube, namespace, f"probe-{unique}", args=["--probe-timeout=5"],
+                             drop=("SYS_PTRACE",))
+    volume = volume_of(report, uid)
+    assert "serverResponding" not in volume
+    assert any(note.startswith("ProbeForbidden: ") and "CAP_SYS_PTRACE" in note for note in volume["notes"])
+    assert "ProbeForbidden: the statvfs() probe may not follow /host/proc/1/root" in log
+    # The chart's own agent, as installed (probeServers on): SYS_PTRACE, and the server's answer.
+    agent = wait_for(lambda: (pod := agent_pod(kube)) and "--probe-timeout=0" not in pod.spec.containers[0].args
+                     and pod, timeout=CHART_START_SECONDS, interval=5, what="the chart's agent with probeServers")
+    assert int(process_status(real_node, agent)["CapEff"], 16) == capabilities("SYS_PTRACE", "DAC_READ_SEARCH")
+    volume = wait_for(lambda: (v := reported(kube, uid)) and v.get("serverResponding") is True and v,
+                      timeout=TIMEOUT, what="serverResponding from the agent with SYS_PTRACE")
+    assert not [note for note in volume.get("notes", []) if note.startswith("ProbeForbidden")]
+
+
+def test_sqlite_detection_needs_dac_read_search_and_says_what_it_cannot_see_without_it(
+        real_node, chart, cluster, kube, namespace, unique):
+    hold = ("printf 'CREATE TABLE IF NOT EXISTS t(x);\\nBEGIN IMMEDIATE;\\nINSERT INTO t VALUES (1);\\n"
+            ".shell sleep 100000\\n' | sqlite3 /data/app.db")
+    # Another pod's database, held by another user than any the agent runs as.
+    uid, pv = nfs_pod(kube, real_node, namespace, unique, hold, run_as_user=1000)
+    report, _ = agent_once(cluster, kube, namespace, f"sqlite-{unique}", args=["--probe-timeout=0"],
+                           drop=("DAC_READ_SEARCH",))
+    (finding,) = [f for f in report["sqlite"] if f.get("podUid") == uid]
+    # Its files unread, the database has no path; its pod (the cgroup, readable by all) has one volume on that
+    # superblock, so the volume is certain all the same.
+    assert "path" not in finding and finding["volumeName"] == pv, finding
+    assert "OpenFilesForbidden" in finding["message"] and "CAP_DAC_READ_SEARCH" in finding["message"]
+    assert "which file this is is unknown" in finding["message"], finding["message"]
+    # The chart's own agent, as installed (readOtherProcesses on), with DAC_READ_SEARCH: the database, its pod and
+    # its volume.
+    agent = wait_for(lambda: (pod := agent_pod(kube)) and "--no-sqlite-scan" not in pod.spec.containers[0].args
+                     and pod, timeout=CHART_START_SECONDS, interval=5, what="the chart's agent with SQLite detection")
+    assert int(process_status(real_node, agent)["CapEff"], 16) == capabilities("SYS_PTRACE", "DAC_READ_SEARCH")
+    finding = wait_for(lambda: next((f for f in (node_report(kube) or {}).get("spec", {}).get("sqlite", [])
+                                     if f.get("podUid") == uid and f.get("path")), None),
+                       timeout=TIMEOUT, what="the chart's agent finding the other pod's database")
+    assert finding["path"].endswith("/app.db") and finding["volumeName"] == pv
+    assert "OpenFilesForbidden" not in finding["message"]
+
+
 def test_with_both_features_off_the_agent_has_no_capability_and_still_reports_mounts_and_counters(
         real_node, chart, cluster, kube, namespace, unique):
     helm_upgrade(cluster, "agent.readOtherProcesses=false", "agent.probeServers=false")
@@ -240,50 +287,6 @@ def test_with_both_features_off_the_agent_has_no_capability_and_still_reports_mo
     volume = volume_of(report, uid)
     assert volume["optionsSource"] == "mountinfo" and not volume.get("operations")
     assert "MountstatsForbidden: /host/proc/1/mountstats may not be read" in log
-
-
-def test_probe_servers_fails_by_name_without_sys_ptrace_and_answers_with_it(
-        real_node, chart, cluster, kube, namespace, unique):
-    uid, _ = nfs_pod(kube, real_node, namespace, unique)
-    # The chart never gives probeServers without SYS_PTRACE: run its pod so, once, to show what that does.
-    report, log = agent_once(cluster, kube, namespace, f"probe-{unique}", args=["--probe-timeout=5"])
-    volume = volume_of(report, uid)
-    assert "serverResponding" not in volume
-    assert any(note.startswith("ProbeForbidden: ") and "CAP_SYS_PTRACE" in note for note in volume["notes"])
-    assert "ProbeForbidden: the statvfs() probe may not follow /host/proc/1/root" in log
-    helm_upgrade(cluster, "agent.probeServers=true")
-    agent = wait_for(lambda: (pod := agent_pod(kube)) and "--probe-timeout=0" not in pod.spec.containers[0].args
-                     and pod, timeout=CHART_START_SECONDS, interval=5, what="the agent rolled with probeServers")
-    assert int(process_status(real_node, agent)["CapEff"], 16) == capabilities("SYS_PTRACE")
-    volume = wait_for(lambda: (v := reported(kube, uid)) and v.get("serverResponding") is True and v,
-                      timeout=TIMEOUT, what="serverResponding from the agent with SYS_PTRACE")
-    assert not [note for note in volume.get("notes", []) if note.startswith("ProbeForbidden")]
-
-
-def test_sqlite_detection_needs_dac_read_search_and_says_what_it_cannot_see_without_it(
-        real_node, chart, cluster, kube, namespace, unique):
-    hold = ("printf 'CREATE TABLE IF NOT EXISTS t(x);\\nBEGIN IMMEDIATE;\\nINSERT INTO t VALUES (1);\\n"
-            ".shell sleep 100000\\n' | sqlite3 /data/app.db")
-    # Another pod's database, held by another user than any the agent runs as.
-    uid, pv = nfs_pod(kube, real_node, namespace, unique, hold, run_as_user=1000)
-    helm_upgrade(cluster, "agent.readOtherProcesses=true")
-    report, _ = agent_once(cluster, kube, namespace, f"sqlite-{unique}", args=["--probe-timeout=0"],
-                           drop=("DAC_READ_SEARCH",))
-    (finding,) = [f for f in report["sqlite"] if f.get("podUid") == uid]
-    # Its files unread, the database has no path; its pod (the cgroup, readable by all) has one volume on that
-    # superblock, so the volume is certain all the same.
-    assert "path" not in finding and finding["volumeName"] == pv, finding
-    assert "OpenFilesForbidden" in finding["message"] and "CAP_DAC_READ_SEARCH" in finding["message"]
-    assert "which file this is is unknown" in finding["message"], finding["message"]
-    # The chart's own agent, with DAC_READ_SEARCH: the database, its pod and its volume.
-    agent = wait_for(lambda: (pod := agent_pod(kube)) and "--no-sqlite-scan" not in pod.spec.containers[0].args
-                     and pod, timeout=CHART_START_SECONDS, interval=5, what="the agent rolled with SQLite detection")
-    assert int(process_status(real_node, agent)["CapEff"], 16) == capabilities("SYS_PTRACE", "DAC_READ_SEARCH")
-    finding = wait_for(lambda: next((f for f in (node_report(kube) or {}).get("spec", {}).get("sqlite", [])
-                                     if f.get("podUid") == uid and f.get("path")), None),
-                       timeout=TIMEOUT, what="the chart's agent finding the other pod's database")
-    assert finding["path"].endswith("/app.db") and finding["volumeName"] == pv
-    assert "OpenFilesForbidden" not in finding["message"]
 
 
 #: Run in the agent container's mount and pid namespaces, as its user with no capability (nsenter -S/-G), by the
