@@ -7,19 +7,11 @@ the chart on the real node, about a quarter of one), so at most two VMs run at o
 beside them. With two lanes the real
 node's tests ran after the lab's in one lane, which was the whole run's length (`--durations=0` of b064634,
 2026-12-06: that lane 2,311 s of a 2,322 s run, the other 1,720 s); the real node's and the lab's tests are
-independent (each boots its own VM). With three, the real node's lane is still the longest (1,905 s of 1,920 in the
-run of 0effd7a, against 1,229 for the lab's), so the other lanes run at a lower priority (pytest_runtest_setup).
+independent (each boots its own VM).
 """
-
-import os
 
 import pytest
 from tests.support import OWN_VM_MODULES, SHARED_LAB_FIXTURE, VM_TEST_DIRECTORIES, close_vm_resources, vm_directory
-
-#: The lane of the real node's tests is the run's critical path: the other lanes, and every process they start
-#: (the lab's VMs, their control planes, operators), yield the CPU to it at this niceness.
-CRITICAL_LANE = "tests/realnode/"
-OTHER_LANES_NICENESS = 5
 
 pytest_plugins = ["tests.cluster_fixtures", "tests.operator_fixtures", "tests.image_fixtures"]
 
@@ -57,20 +49,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # shared VM boots, so that no more than one lab VM is up at a time.
     items.sort(key=lambda item: (VM_TEST_DIRECTORIES.index(vm_directory(item)) if vm_directory(item) else
                                  len(VM_TEST_DIRECTORIES), not own_vm(item)))
-
-
-@pytest.hookimpl(tryfirst=True)  # before the test's fixtures start anything, so that all it starts inherits it
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Under xdist, a lane that runs anything but the real node's tests, while the real node's are in the run, lowers
-    its priority once (the rest of its life; children inherit it): the real node's VM, when it works, gets the
-    cores first, and the other lanes take what it leaves."""
-    config = item.config
-    if (not hasattr(config, "workerinput") or getattr(config, "_yielding_to_critical_lane", False)
-            or vm_directory(item) == CRITICAL_LANE):
-        return
-    if any(vm_directory(other) == CRITICAL_LANE for other in item.session.items):
-        os.nice(OTHER_LANES_NICENESS)
-    config._yielding_to_critical_lane = True
 
 
 @pytest.hookimpl(trylast=True)  # after pytest's own teardown: the last module's fixtures may still use the VM
