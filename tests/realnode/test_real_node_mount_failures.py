@@ -93,6 +93,12 @@ def node_events(kube, reason: str) -> list[str]:
                                   f"involvedObject.uid={NODE_NAME},involvedObject.namespace=,reason={reason}").items]
 
 
+def node_event_saying(kube, reason: str, text: str) -> str | None:
+    """The first of the Node's ``reason`` Events whose message holds ``text``: the node is shared, so its Events may
+    hold older ones of the same reason about other mounts or servers (an earlier module's pods)."""
+    return next((message for message in node_events(kube, reason) if text in message), None)
+
+
 def results(kube, namespace: str | None, rule: str) -> list[dict]:
     if namespace is None:
         return [r for r in cluster_results(kube, "mountwarden-failures") if r["rule"] == rule]
@@ -165,10 +171,8 @@ def test_a_deleted_pod_whose_writer_is_stuck_on_the_server_is_stuck_terminating(
 def test_a_force_deleted_pods_volume_left_mounted_is_an_orphaned_mount_on_the_node(kube, server_down):
     operator, mount = server_down["operator"], server_down["mounts"]["forced"]
     assert gone(kube, server_down["namespace"], "forced")
-    # The node is shared: its Events may hold other, older OrphanedMounts (an earlier module's pods), so the wait
-    # is for this mount's (the run of 0042f35 went red taking the first Events seen for it).
-    message = wait_for(lambda: next((m for m in node_events(kube, "OrphanedMount") if mount in m), None),
-                       timeout=TIMEOUT, interval=2, what=f"an OrphanedMount Event on the Node naming {mount}")
+    message = wait_for(lambda: node_event_saying(kube, "OrphanedMount", mount), timeout=TIMEOUT, interval=2,
+                       what=f"an OrphanedMount Event on the Node naming {mount}")
     assert f"its pod (UID {server_down['uids']['forced']}) no longer exists" in message
     assert f"On node {NODE_NAME}: umount {mount} (the kubelet" in message
     assert failure_count(operator, "OrphanedMount") == 1
@@ -180,8 +184,8 @@ def test_a_force_deleted_pods_volume_left_mounted_is_an_orphaned_mount_on_the_no
 
 def test_the_server_itself_is_said_not_responding_on_the_node(kube, server_down):
     said = f"NFS server 127.0.0.1:{FORWARDER_PORT} does not answer"
-    wait_for(lambda: [m for m in node_events(kube, "ServerNotResponding") if said in m], timeout=TIMEOUT,
-             interval=2, what=f"a ServerNotResponding Event on the Node saying {said!r}")
+    wait_for(lambda: node_event_saying(kube, "ServerNotResponding", said), timeout=TIMEOUT, interval=2,
+             what=f"a ServerNotResponding Event on the Node saying {said!r}")
 
 
 def test_the_server_back_the_pod_goes_the_mounts_go_and_so_do_the_findings(kube, server_down):
