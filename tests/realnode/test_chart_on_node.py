@@ -355,6 +355,22 @@ def test_an_agent_that_is_not_root_reports_counters_and_answers_and_can_write_an
 # -- upgrade and rollback ----------------------------------------------------------------------------------------
 
 
+#: A readiness gate (a pod condition that the API server, not the kubelet, sets) holding web-b's pods unready until
+#: the test says so, as a controller would: the upgrade then lands while web-b is Restarting, every run. Without it,
+#: on an idle host the old replica finished the whole rollout before it stopped (the run's Events: RolloutComplete in
+#: the second the Deployment scaled it down), and the takeover went untested.
+HELD = "mountwarden.io/test-held"
+
+
+def held_pod_spec(claim: str) -> dict:
+    return {**pod_spec(claim, pinned=False), "readinessGates": [{"conditionType": HELD}]}
+
+
+def let_ready(kube, namespace: str, pod) -> None:
+    kube.core.patch_namespaced_pod_status(pod.metadata.name, namespace, {"status": {"conditions": [
+        {"type": HELD, "status": "True"}]}})
+
+
 def replica_sets(kube, namespace: str, app: str) -> set[str]:
     return {rs.metadata.name for rs in kube.apps.list_namespaced_replica_set(namespace, label_selector=f"app={app}").items}
 
@@ -375,9 +391,11 @@ def webhook_answers(cluster, kube, namespace: str, storage_class: str) -> None:
 
 def test_an_upgrade_and_a_rollback_in_the_middle_of_a_rollout_lose_and_repeat_nothing(
         real_node, chart, cluster, kube, namespace, unique):
-    """helm upgrade (every pod of the release rolls: the active operator goes, the standby takes the rollout over)
+    """helm upgrade (every pod of the release rolls: the active operator goes, the new one takes the rollout over)
     while a PatchBoundVolumes rollout restarts two Deployments one at a time, then helm rollback: each workload is
-    restarted exactly once, the rollout completes, the reports keep every volume, the webhook answers throughout."""
+    restarted exactly once, the rollout completes, the reports keep every volume, the webhook answers throughout.
+    web-b's restarted pod is held unready (HELD) until the upgraded operator is the active one, so the old replica
+    stops in the middle of the rollout and the new one finishes it."""
     profile = f"upgrade-{unique}"
     automatic = {"strategy": "PatchBoundVolumes", "approval": "Automatic"}
     backend = {"provisioner": "nfs.csi.k8s.io"}
@@ -391,12 +409,15 @@ def test_an_upgrade_and_a_rollback_in_the_middle_of_a_rollout_lose_and_repeat_no
         kube.apps.create_namespaced_deployment(namespace, {
             "metadata": {"name": app},
             "spec": {"replicas": 1, "selector": {"matchLabels": {"app": app}},
-                     "template": {"metadata": {"labels": {"app": app}}, "spec": pod_spec(pv, pinned=False)}}})
+                     "template": {"metadata": {"labels": {"app": app}},
+                                  "spec": held_pod_spec(pv) if app == "web-b" else pod_spec(pv, pinned=False)}}})
     for app in apps:
         pod = wait_for(lambda app=app: (pods := kube.core.list_namespaced_pod(namespace, label_selector=f"app={app}")
                                         .items) and pods[0].status.phase == "Running" and pods[0],
                        timeout=TIMEOUT, interval=2, what=f"{app} Running")
         wait_for(lambda pod=pod: reported(kube, pod.metadata.uid), timeout=TIMEOUT, what=f"{app}'s volume reported")
+        if app == "web-b":
+            let_ready(kube, namespace, pod)
     before = {app: replica_sets(kube, namespace, app) for app in apps}
 
     def rollout() -> dict:
@@ -405,8 +426,16 @@ def test_an_upgrade_and_a_rollback_in_the_middle_of_a_rollout_lose_and_repeat_no
     kube.apply_profile(profile_body(profile, "staging", backend=backend, rollout=automatic))
     wait_for(lambda: (r := rollout()).get("phase") == "Progressing" and r.get("targetStorageClassName")
              == f"{profile}-v2" and r, timeout=TIMEOUT * 2, interval=2, what="the rollout under way")
+    (held,) = wait_for(lambda: [pod for pod in kube.core.list_namespaced_pod(namespace, label_selector="app=web-b").items
+                                if pod.metadata.deletion_timestamp is None and pod.status.phase == "Running"
+                                and not any(c.type == HELD for c in pod.status.conditions or [])],
+                       timeout=TIMEOUT, interval=2, what="web-b restarted by the rollout, its new pod held unready")
     helm_upgrade(cluster, "logLevel=debug")  # a changed value of both the operator and the agent
     assert all("--verbose" in pod.spec.containers[0].args for pod in operator_pods(kube))
+    wait_for(lambda: (pod := active_operator(kube)) and "--verbose" in pod.spec.containers[0].args,
+             timeout=CHART_START_SECONDS, interval=2, what="the upgraded operator active (the old one gone)")
+    assert rollout()["phase"] == "Progressing"  # the old replica stopped in the middle of it
+    let_ready(kube, namespace, held)
     done = wait_for(lambda: (r := rollout()).get("phase") == "Complete" and r, timeout=CHART_START_SECONDS * 2,
                     interval=5, what="the rollout Complete after the upgrade")
     assert [line["state"] for line in done["workloads"]] == ["Done", "Done"]
