@@ -172,6 +172,8 @@ def test_the_operator_runs_two_peers_with_everything_wired(default):
     # Until the first answer, the liveness probe waits operator.startupSeconds (minutes under emulation).
     assert operator["startupProbe"]["httpGet"] == operator["livenessProbe"]["httpGet"]
     assert operator["startupProbe"]["periodSeconds"] * operator["startupProbe"]["failureThreshold"] >= 120
+    # Then a minute without an answer (operator.livenessSeconds) before a restart.
+    assert operator["livenessProbe"]["periodSeconds"] * operator["livenessProbe"]["failureThreshold"] == 60
     args = operator["args"]
     assert args[0] == "operator" and "--peering" in args and not any(a.startswith("--priority") for a in args)
     assert flag(args, "--peering-name") == FULLNAME

@@ -80,9 +80,10 @@ def chart_values(image: str, *, operator_replicas: int = 2) -> dict:
     repository, tag = image.rsplit(":", 1)
     return {
         "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
-        # Under TCG two replicas and the agent importing at once take minutes to start.
+        # Under TCG two replicas and the agent importing at once take minutes to start, and a replica taking a
+        # rollout over on a loaded host left its liveness probe unanswered for over a minute (restarted at 62 s).
         "operator": {"nodeSelector": {"kubernetes.io/hostname": NODE_NAME}, "startupSeconds": 900,
-                     "replicas": operator_replicas},
+                     "livenessSeconds": 300, "replicas": operator_replicas},
         "agent": {"interval": 5},
     }
 
