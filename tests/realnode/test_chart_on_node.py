@@ -355,10 +355,10 @@ def test_an_agent_that_is_not_root_reports_counters_and_answers_and_can_write_an
 # -- upgrade and rollback ----------------------------------------------------------------------------------------
 
 
-#: A readiness gate (a pod condition that the API server, not the kubelet, sets) holding web-b's pods unready until
-#: the test says so, as a controller would: the upgrade then lands while web-b is Restarting, every run. Without it,
-#: on an idle host the old replica finished the whole rollout before it stopped (the run's Events: RolloutComplete in
-#: the second the Deployment scaled it down), and the takeover went untested.
+#: A readiness gate (a pod condition the kubelet leaves alone; the test sets it through pods/status, as a controller
+#: would) holds web-b's pods unready until the test lets them: the upgrade then lands while web-b is Restarting, every
+#: run. Without it, on an idle host the old replica finished the whole rollout before it stopped (the run's Events:
+#: RolloutComplete in the second the Deployment scaled it down), and the takeover went untested.
 HELD = "mountwarden.io/test-held"
 
 
