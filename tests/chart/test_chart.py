@@ -163,6 +163,14 @@ def test_names_follow_the_release(render):
 # -- the operator ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(("seconds", "threshold"), [(60, 3), (61, 4), (300, 15)])
+def test_liveness_seconds_round_up_to_whole_probe_periods(render, seconds, threshold):
+    """operator.livenessSeconds is never shortened: a budget between two probes gets the later one."""
+    operator = container(find(render("--set", f"operator.livenessSeconds={seconds}"), "Deployment"))
+    assert operator["livenessProbe"]["periodSeconds"] == 20
+    assert operator["livenessProbe"]["failureThreshold"] == threshold
+
+
 def test_the_operator_runs_two_peers_with_everything_wired(default):
     deployment = find(default, "Deployment")
     spec = deployment["spec"]["template"]["spec"]
