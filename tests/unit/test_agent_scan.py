@@ -2,13 +2,16 @@
 
 import json
 import os
+import threading
 from datetime import UTC, datetime
 
 import pytest
 from tests.procroot import KRB5P_WRAPPED, Mount, assemble_proc_root, pod_uid, scaled_mounts
 
 from mountwarden.adapters.procreader import ProcRoot
+from mountwarden.agent import probe as probe_module
 from mountwarden.agent import scan as scan_module
+from mountwarden.agent.probe import ServerProbe
 from mountwarden.agent.scan import (
     MAX_REPORTED_OPERATIONS,
     ScanError,
@@ -59,6 +62,25 @@ def test_the_report_names_every_volume_with_its_pod(tmp_path):
     assert first["optionsSource"] == "mountstats" and "vers=4.2" in first["effectiveOptions"]
     # The wire form is what the CRD accepts: it validates back into the model.
     assert NodeMountReportSpec.model_validate(wire) == spec
+
+
+def test_the_scan_accounts_for_its_time_and_a_dead_servers_probe_is_its_one_wait(tmp_path, monkeypatch):
+    server_back = threading.Event()
+    monkeypatch.setattr(probe_module, "statvfs", lambda *paths: server_back.wait())  # a hard mount, server gone
+    mounts = [Mount("pv-a", pod_uid=pod_uid("a"), superblock="s"), Mount("pv-b", pod_uid=pod_uid("b"), superblock="t")]
+    proc = ProcRoot(assemble_proc_root(tmp_path, mounts).path)
+    try:
+        result, again = (scan_node_report(proc, node_name="node-1", kubelet_root=ROOT, network_fstypes=("nfs",),
+                                          probe=ServerProbe(proc, timeout=0.3)) for _ in range(2))
+    finally:
+        server_back.set()
+    # Both superblocks' probes were waited for together: one timeout, not two. The next scan finds them still
+    # stuck and waits for nothing.
+    assert 0.3 <= result.waited_seconds < 0.6 and again.waited_seconds == 0.0, (result.account(), again.account())
+    assert result.cpu_seconds > 0 and result.paused_seconds == 0.0
+    parts = result.cpu_seconds + result.waited_seconds + result.paused_seconds + result.other_seconds
+    assert parts == pytest.approx(result.duration_seconds, abs=1e-6) or result.other_seconds == 0.0
+    assert "waiting for servers that did not answer" in result.account()
 
 
 def test_at_most_the_busiest_operations_are_reported(tmp_path):

@@ -55,6 +55,18 @@ def test_calls_started_together_share_one_timeout():
     server_back.set()
 
 
+def test_only_waits_in_vain_are_counted_and_calls_started_together_count_their_one_timeout():
+    calls, server_back = BoundedCalls(), threading.Event()
+    assert calls.run("0:1", lambda: "ok", timeout=5).value == "ok"
+    assert calls.waited_in_vain == 0.0  # a call that returned is not a wait on a dead server
+    started = {key: calls.submit(key, server_back.wait, 10) for key in ("0:2", "0:3", "0:4")}
+    calls.wait_all(started, 0.5)
+    assert calls.run("0:2", server_back.wait, timeout=5).outcome == Outcome.BUSY  # refused: no wait either
+    # One timeout in all, not one per call: three in turn would be 1.5 s at least (Event.wait never returns early).
+    assert 0.5 <= calls.waited_in_vain < 1.5, calls.waited_in_vain
+    server_back.set()
+
+
 def test_a_stuck_call_is_listed_with_what_it_is_and_for_how_long():
     calls, server_back = BoundedCalls(), threading.Event()
 

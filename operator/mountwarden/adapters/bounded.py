@@ -75,13 +75,16 @@ class StuckCall:
 
 
 class Pending:
-    """A call started in its thread; ``result`` waits for it."""
+    """A call started in its thread; ``result`` waits for it (and tells ``waited`` how long, when in vain)."""
 
-    def __init__(self, call: _Call) -> None:
+    def __init__(self, call: _Call, waited: Callable[[float], None]) -> None:
         self._call = call
+        self._waited = waited
 
     def result(self, timeout: float) -> CallResult:
+        started = time.monotonic()
         if not self._call.done.wait(max(0.0, timeout)):
+            self._waited(time.monotonic() - started)
             return CallResult(Outcome.TIMED_OUT)
         if self._call.error is not None:
             return CallResult(Outcome.FAILED, error=self._call.error)
@@ -93,6 +96,13 @@ class BoundedCalls:
         self.limit = limit
         self._outstanding: dict[str, _Call] = {}
         self._lock = threading.Lock()
+        #: Seconds callers have waited in all for calls that did not return in time: the time spent waiting on
+        #: servers that did not answer (a scan's share is the difference across it).
+        self.waited_in_vain = 0.0
+
+    def _add_wait(self, seconds: float) -> None:
+        with self._lock:
+            self.waited_in_vain += seconds
 
     @property
     def stuck(self) -> int:
@@ -127,7 +137,7 @@ class BoundedCalls:
                 call.done.set()
 
         threading.Thread(target=run, name=f"bounded-{key}", daemon=True).start()
-        return Pending(call)
+        return Pending(call, self._add_wait)
 
     def run(self, key: str, fn: Callable[..., Any], *args: Any, timeout: float) -> CallResult:
         """``fn(*args)``, waited for at most ``timeout`` seconds."""

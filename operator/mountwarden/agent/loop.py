@@ -183,7 +183,11 @@ class Agent:
             self.metrics.write_errors.inc()
             return False
         self.metrics.written(outcome, at_unix=time.time())
-        log.info("scanned %d volume(s) in %.3fs; report %s", len(result.spec.volumes), result.duration_seconds, outcome)
+        waited = f" ({result.waited_seconds:.1f} s of it waiting for servers that did not answer)" \
+            if result.waited_seconds >= 0.05 else ""
+        log.info("scanned %d volume(s) in %.3fs%s; report %s", len(result.spec.volumes), result.duration_seconds,
+                 waited, outcome)
+        log.debug("scan time %s", result.account())
         return True
 
     def run(self, stop: threading.Event) -> None:

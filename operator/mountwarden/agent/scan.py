@@ -73,6 +73,23 @@ class ScanResult:
     duration_seconds: float
     #: Each volume's recent activity (empty without a tracker), for /metrics.
     recent: dict = field(default_factory=dict)
+    #: Where the duration went: on the scanning thread's CPU; waiting for bounded calls that did not return in
+    #: time (adapters/bounded.py: the statvfs() probe's one timeout, the SQLite scan's stat and reads; the RPC
+    #: NULL probe's sockets are not among them); sleeping between rounds of process samples.
+    cpu_seconds: float = 0.0
+    waited_seconds: float = 0.0
+    paused_seconds: float = 0.0
+
+    @property
+    def other_seconds(self) -> float:
+        """Off the CPU for anything else: reading /proc, servers that did answer, the scheduler. A call that
+        waited on a server outside the bounded calls would show here (tests/kernel/test_dead_server.py)."""
+        return max(0.0, self.duration_seconds - self.cpu_seconds - self.waited_seconds - self.paused_seconds)
+
+    def account(self) -> str:
+        return (f"{self.duration_seconds:.3f} s: {self.cpu_seconds:.3f} s on CPU, {self.waited_seconds:.3f} s "
+                f"waiting for servers that did not answer, {self.paused_seconds:.3f} s between process samples, "
+                f"{self.other_seconds:.3f} s otherwise off CPU")
 
 
 def resolve_on_host(proc: ProcRoot, path: str) -> str:
@@ -246,7 +263,7 @@ def scan_node_report(
     overrides the tracker's rounds of process samples (1: report a mount change at once).
     ``failures`` judges how the node's mounts broke (the report's ``failures``).
     """
-    started = time.perf_counter()
+    started, started_cpu, waited_before = time.perf_counter(), time.thread_time(), proc.calls.waited_in_vain
     scan = scan_proc_root(proc, kubelet_root=kubelet_root, network_fstypes=network_fstypes, mount_table=mount_table)
     probed = probe.probe([m for m in scan.network_mounts if m.kubelet is not None]) if probe else None
     responding = probed.responding if probed else {}
@@ -283,7 +300,9 @@ def scan_node_report(
         failures=[NodeFailure.of(finding) for finding in found],
     )
     return ScanResult(spec=_within_size(spec), scan=scan, duration_seconds=time.perf_counter() - started,
-                      recent=recent)
+                      recent=recent, cpu_seconds=time.thread_time() - started_cpu,
+                      waited_seconds=proc.calls.waited_in_vain - waited_before,
+                      paused_seconds=tracker.paused if tracker is not None else 0.0)
 
 
 def _pod_names(described: dict[str, str | None]) -> dict[str, str | None]:
