@@ -4,6 +4,7 @@ import io
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -87,6 +88,24 @@ def test_the_agent_exits_leaving_a_stuck_call_behind_and_says_which(tmp_path, ca
     assert "exiting with 1 call(s) still blocked in the kernel" in caplog.text
     assert "statvfs(/var/lib/kubelet/pods/a/volumes/pv-a) on 0:53" in caplog.text
     server_back.set()
+
+
+def test_a_scan_that_waited_for_a_dead_server_says_how_long_and_where_the_rest_went(tmp_path, caplog, monkeypatch):
+    assemble_proc_root(tmp_path, [Mount("pv-a", pod_uid=pod_uid("a"))])
+    server_back = threading.Event()
+    monkeypatch.setattr("mountwarden.agent.probe.statvfs", lambda *paths: server_back.wait())
+    agent = Agent(settings(tmp_path, probe_timeout_seconds=0.2), RecordingSink())
+    try:
+        with caplog.at_level(logging.DEBUG, logger="mountwarden.agent.loop"):
+            assert agent.step() is True
+    finally:
+        server_back.set()
+    said = re.search(r"scanned 1 volume\(s\) in [\d.]+s \(([\d.]+) s of it waiting for servers that did not "
+                     r"answer\); report created", caplog.text)
+    account = re.search(r"scan time [\d.]+ s: [\d.]+ s on CPU, ([\d.]+) s waiting for servers that did not answer, "
+                        r"[\d.]+ s between process samples, [\d.]+ s otherwise off CPU", caplog.text)
+    assert said and account, caplog.text
+    assert float(said.group(1)) >= 0.2 and float(account.group(1)) >= 0.2, caplog.text  # the probe's timeout
 
 
 def test_dry_run_prints_the_object_that_would_be_written(tmp_path):
