@@ -187,7 +187,8 @@ class Agent:
             if result.waited_seconds >= 0.05 else ""
         log.info("scanned %d volume(s) in %.3fs%s; report %s", len(result.spec.volumes), result.duration_seconds,
                  waited, outcome)
-        log.debug("scan time %s", result.account())
+        if log.isEnabledFor(logging.DEBUG):  # formatted only when asked for: every scan passes here
+            log.debug("scan time %s", result.account())
         return True
 
     def run(self, stop: threading.Event) -> None:
