@@ -71,16 +71,14 @@ def test_the_scan_accounts_for_its_time_and_a_dead_servers_probe_is_its_one_wait
     proc = ProcRoot(assemble_proc_root(tmp_path, mounts).path)
     try:
         result, again = (scan_node_report(proc, node_name="node-1", kubelet_root=ROOT, network_fstypes=("nfs",),
-                                          probe=ServerProbe(proc, timeout=0.3)) for _ in range(2))
+                                          probe=ServerProbe(proc, timeout=0.5)) for _ in range(2))
     finally:
         server_back.set()
-    # Both superblocks' probes were waited for together: one timeout, not two. The next scan finds them still
-    # stuck and waits for nothing.
-    assert 0.3 <= result.waited_seconds < 0.6 and again.waited_seconds == 0.0, (result.account(), again.account())
-    assert result.cpu_seconds > 0 and result.paused_seconds == 0.0
-    parts = result.cpu_seconds + result.waited_seconds + result.paused_seconds + result.other_seconds
-    assert parts == pytest.approx(result.duration_seconds, abs=1e-6) or result.other_seconds == 0.0
-    assert "waiting for servers that did not answer" in result.account()
+    # Both superblocks' probes were waited for together: one timeout, not two (two in turn would be 1 s at least:
+    # Event.wait never returns early). The next scan finds them still stuck and waits for nothing.
+    assert 0.5 <= result.waited_seconds < 1.0 and again.waited_seconds == 0.0, (result.account(), again.account())
+    assert result.cpu_seconds > 0 and result.paused_seconds == 0.0  # no tracker: no pauses between samples
+    assert f"{result.waited_seconds:.3f} s waiting for servers that did not answer" in result.account()
 
 
 def test_at_most_the_busiest_operations_are_reported(tmp_path):
