@@ -8,6 +8,7 @@ queries metrics the code exports.
 
 from __future__ import annotations
 
+import ast
 import base64
 import json
 import os
@@ -617,46 +618,17 @@ def test_with_cert_manager_it_issues_and_injects(render):
 
 # Every Kubernetes client call in the operator's handlers and adapters, and what RBAC it needs:
 # (API group, resource, verb, resource name or None, namespace or None for cluster-wide).
+# The calls of the generic client (CustomObjectsApi), by method name:
 PEERING_NAME, ENFORCE_NAME = FULLNAME, f"{FULLNAME}-enforce"
 CLIENT_CALLS = {
-    "list_storage_class": [("storage.k8s.io", "storageclasses", "list")],
-    "create_storage_class": [("storage.k8s.io", "storageclasses", "create")],
-    "patch_storage_class": [("storage.k8s.io", "storageclasses", "patch")],
-    "delete_storage_class": [("storage.k8s.io", "storageclasses", "delete")],
     # Rollout ticks read profiles; ActiveReplica reads the peering object. (Conditions are applied, never read first.)
     "get_cluster_custom_object": [("mountwarden.io", "storageprofiles", "get"),
                                   ("kopf.dev", "clusterkopfpeerings", "get", PEERING_NAME)],
     "patch_cluster_custom_object_status": [("mountwarden.io", "storageprofiles/status", "patch")],
-    # Rollouts read the reports; the inventory lists the NetworkFileSystems it wrote (and `mountwarden inventory`,
-    # with the user's credentials, the profiles too: kopf lists those already).
-    "list_cluster_custom_object": [("mountwarden.io", "nodemountreports", "list"),
-                                   ("mountwarden.io", "networkfilesystems", "list"),
+    # The inventory lists the NetworkFileSystems it wrote (and `mountwarden inventory`, with the user's credentials,
+    # the profiles too: kopf lists those already).
+    "list_cluster_custom_object": [("mountwarden.io", "networkfilesystems", "list"),
                                    ("mountwarden.io", "storageprofiles", "list")],
-    # adapters/watches.py: PVs, claims and pods listed in pages and watched (rollouts also list PVs).
-    "list_persistent_volume": [("", "persistentvolumes", "list"), ("", "persistentvolumes", "watch")],
-    "list_persistent_volume_claim_for_all_namespaces": [("", "persistentvolumeclaims", "list"),
-                                                        ("", "persistentvolumeclaims", "watch")],
-    "patch_persistent_volume": [("", "persistentvolumes", "patch")],
-    "list_namespaced_pod": [("", "pods", "list")],
-    # A rollout evicts a replica so that it remounts (never a delete: PodDisruptionBudgets hold), and reads the
-    # budgets first.
-    "create_namespaced_pod_eviction": [("", "pods/eviction", "create")],
-    "list_namespaced_pod_disruption_budget": [("policy", "poddisruptionbudgets", "list")],
-    "list_pod_for_all_namespaces": [("", "pods", "list"), ("", "pods", "watch")],
-    "patch_namespaced_pod": [("", "pods", "patch", None, NAMESPACE)],  # its own pod's active label
-    "list_namespaced_deployment": [("apps", "deployments", "list")],
-    "list_namespaced_stateful_set": [("apps", "statefulsets", "list")],
-    "list_namespaced_daemon_set": [("apps", "daemonsets", "list")],
-    "patch_namespaced_deployment": [("apps", "deployments", "patch")],
-    "patch_namespaced_stateful_set": [("apps", "statefulsets", "patch")],
-    "patch_namespaced_daemon_set": [("apps", "daemonsets", "patch")],
-    "list_namespaced_replica_set": [("apps", "replicasets", "list")],
-    "list_namespaced_job": [("batch", "jobs", "list")],
-    "list_namespaced_horizontal_pod_autoscaler": [("autoscaling", "horizontalpodautoscalers", "list")],
-    "patch_validating_webhook_configuration": [
-        ("admissionregistration.k8s.io", "validatingwebhookconfigurations", "patch", ENFORCE_NAME)],
-    # Only in local mode (a stopped operator withdraws the configuration it registered): never in a cluster.
-    "delete_validating_webhook_configuration": [],
     # The inventory's NetworkFileSystems (the cluster-scoped calls); PolicyReports, only with policyReports.enabled
     # (POLICY_REPORT_CALLS); discovery needs no role.
     "get_api_resources": [],
@@ -667,6 +639,52 @@ CLIENT_CALLS = {
     "delete_namespaced_custom_object": [],
     "delete_cluster_custom_object": [("mountwarden.io", "networkfilesystems", "delete")],
 }
+# The requests sent by path (mountwarden.adapters.rest.Rest), by (apiVersion, resource, verb): rest_calls() reads
+# them from the source.
+REST_CALLS = {
+    ("storage.k8s.io/v1", "storageclasses", "list"): [("storage.k8s.io", "storageclasses", "list")],
+    ("storage.k8s.io/v1", "storageclasses", "create"): [("storage.k8s.io", "storageclasses", "create")],
+    ("storage.k8s.io/v1", "storageclasses", "patch"): [("storage.k8s.io", "storageclasses", "patch")],
+    ("storage.k8s.io/v1", "storageclasses", "delete"): [("storage.k8s.io", "storageclasses", "delete")],
+    # adapters/watches.py: PVs, claims and pods listed in pages and watched (rollouts also list PVs).
+    ("v1", "persistentvolumes", "list"): [("", "persistentvolumes", "list")],
+    ("v1", "persistentvolumes", "watch"): [("", "persistentvolumes", "watch")],
+    ("v1", "persistentvolumeclaims", "list"): [("", "persistentvolumeclaims", "list")],
+    ("v1", "persistentvolumeclaims", "watch"): [("", "persistentvolumeclaims", "watch")],
+    ("v1", "persistentvolumes", "patch"): [("", "persistentvolumes", "patch")],
+    ("v1", "pods", "list"): [("", "pods", "list")],
+    ("v1", "pods", "watch"): [("", "pods", "watch")],
+    # A rollout evicts a replica so that it remounts (never a delete: PodDisruptionBudgets hold), and reads the
+    # budgets first.
+    ("v1", "pods/eviction", "create"): [("", "pods/eviction", "create")],
+    ("policy/v1", "poddisruptionbudgets", "list"): [("policy", "poddisruptionbudgets", "list")],
+    ("v1", "pods", "patch"): [("", "pods", "patch", None, NAMESPACE)],  # its own pod's active label
+    ("v1", "events", "create"): [("", "events", "create")],  # Warnings on Nodes (kopf posts Events too)
+    ("apps/v1", "deployments", "list"): [("apps", "deployments", "list")],
+    ("apps/v1", "statefulsets", "list"): [("apps", "statefulsets", "list")],
+    ("apps/v1", "daemonsets", "list"): [("apps", "daemonsets", "list")],
+    ("apps/v1", "deployments", "patch"): [("apps", "deployments", "patch")],
+    ("apps/v1", "statefulsets", "patch"): [("apps", "statefulsets", "patch")],
+    ("apps/v1", "daemonsets", "patch"): [("apps", "daemonsets", "patch")],
+    ("apps/v1", "replicasets", "list"): [("apps", "replicasets", "list")],
+    ("batch/v1", "jobs", "list"): [("batch", "jobs", "list")],
+    ("autoscaling/v2", "horizontalpodautoscalers", "list"): [("autoscaling", "horizontalpodautoscalers", "list")],
+    ("mountwarden.io/v1alpha1", "nodemountreports", "list"): [("mountwarden.io", "nodemountreports", "list")],
+    ("admissionregistration.k8s.io/v1", "validatingwebhookconfigurations", "patch"): [
+        ("admissionregistration.k8s.io", "validatingwebhookconfigurations", "patch", ENFORCE_NAME)],
+    # Only in local mode (a stopped operator withdraws the configuration it registered): never in a cluster.
+    ("admissionregistration.k8s.io/v1", "validatingwebhookconfigurations", "delete"): [],
+}
+#: Paths a Rest call is handed that the source does not spell out: the expression -> (apiVersion, resource, named).
+REST_PATHS = {
+    "self.path": [("v1", "pods", False), ("v1", "persistentvolumes", False),  # watches.ReducedWatch, of CoreWatches
+                  ("v1", "persistentvolumeclaims", False)],
+    "self._path()": [("admissionregistration.k8s.io/v1", "validatingwebhookconfigurations", True)],  # the registrar
+}
+#: Rest's methods, and the verb of each (get and raw("GET", ...): get when the path names an object, else list).
+REST_VERBS = {"get": "get", "raw": "get", "call": "get", "post": "create", "patch": "patch", "delete": "delete",
+              "watch": "watch"}
+HTTP_VERBS = {"GET": "get", "POST": "create", "PATCH": "patch", "DELETE": "delete"}
 REPORTS_NAME = "mountwarden"
 #: The report resources of each group policyReports.format may write (mountwarden.core.policyreport.REPORT_APIS).
 REPORT_RESOURCES = {"wgpolicyk8s": ("wgpolicyk8s.io", ("policyreports", "clusterpolicyreports")),
@@ -691,9 +709,60 @@ KOPF_CALLS = [
 CALL = re.compile(r"\.(?:api|core|apps|batch|autoscaling|policy|custom)\.((?:list|read|get|create|patch|replace|delete)_\w+)")
 
 
+def operator_sources() -> list[tuple[Path, str]]:
+    """The operator's handlers and adapters: (file, module name)."""
+    return [(file, f"mountwarden.{package}.{file.stem}") for package in ("handlers", "adapters")
+            for file in sorted((ROOT / "operator/mountwarden" / package).glob("*.py"))]
+
+
 def client_calls() -> set[str]:
-    sources = [*(ROOT / "operator/mountwarden/handlers").glob("*.py"), *(ROOT / "operator/mountwarden/adapters").glob("*.py")]
-    return {name for path in sources for name in CALL.findall(path.read_text())}
+    return {name for file, _ in operator_sources() for name in CALL.findall(file.read_text())}
+
+
+def _rest_targets(where: ast.expr, module_globals: dict) -> list[tuple[str, str, bool]]:
+    """(apiVersion, resource, names an object) of each path ``where`` may be, evaluated in its module's globals."""
+    text = ast.unparse(where)
+    if text in REST_PATHS:
+        return REST_PATHS[text]
+    assert isinstance(where, ast.Call) and ast.unparse(where.func) == "path", \
+        f"a Rest call on {text}: say in REST_PATHS which paths it may be"
+    subresource = next((eval(ast.unparse(k.value), module_globals) for k in where.keywords  # noqa: S307
+                        if k.arg == "subresource"), None)
+    first, *rest = where.args
+    if isinstance(first, ast.Starred):  # path(*STORAGE_CLASSES, ...) or path(*KINDS[kind], ...): every value
+        starred = first.value
+        pairs = ([eval(ast.unparse(starred), module_globals)] if not isinstance(starred, ast.Subscript)  # noqa: S307
+                 else list(eval(ast.unparse(starred.value), module_globals).values()))  # noqa: S307
+        named = bool(rest)
+    else:
+        pairs = [(eval(ast.unparse(first), module_globals), eval(ast.unparse(rest[0]), module_globals))]  # noqa: S307
+        named = len(rest) > 1
+    return [(version, f"{resource}/{subresource}" if subresource else resource, named) for version, resource in pairs]
+
+
+def rest_calls() -> set[tuple[str, str, str]]:
+    """(apiVersion, resource, verb) of every request the operator sends through a Rest (self.rest.get(path(...)))."""
+    import importlib
+
+    found = set()
+    for file, module in operator_sources():
+        module_globals = vars(importlib.import_module(module))
+        for node in ast.walk(ast.parse(file.read_text())):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in REST_VERBS):
+                continue
+            receiver = node.func.value
+            if not ((isinstance(receiver, ast.Attribute) and receiver.attr == "rest")
+                    or (isinstance(receiver, ast.Call) and ast.unparse(receiver.func) == "Rest")):
+                continue
+            method = node.func.attr
+            verb = REST_VERBS[method]
+            if method in ("raw", "call"):
+                verb = HTTP_VERBS[node.args[0].value]
+            where = node.args[1] if method in ("raw", "call", "watch") else node.args[0]
+            for version, resource, named in _rest_targets(where, module_globals):
+                found.add((version, resource, "list" if verb == "get" and not named else verb))
+    return found
 
 
 def kopf_needs() -> list[tuple]:
@@ -716,6 +785,7 @@ def kopf_needs() -> list[tuple]:
 def needs(*report_formats: str) -> list[tuple]:
     """What the operator calls; with the report groups it writes (REPORT_RESOURCES' keys), their calls too."""
     return [*KOPF_CALLS, *kopf_needs(), *(need for name in client_calls() for need in CLIENT_CALLS[name]),
+            *(need for call in rest_calls() for need in REST_CALLS[call]),
             *policy_report_calls(*report_formats)]
 
 
@@ -739,6 +809,22 @@ def operator_roles(docs: list[dict]) -> list[dict]:
 def test_every_client_call_of_the_operator_is_known_here():
     unknown = client_calls() - set(CLIENT_CALLS)
     assert not unknown, f"new Kubernetes API calls: say in CLIENT_CALLS what RBAC they need: {sorted(unknown)}"
+    unknown_requests = rest_calls() - set(REST_CALLS)
+    assert not unknown_requests, f"new requests by path: say in REST_CALLS what RBAC they need: {sorted(unknown_requests)}"
+
+
+def test_every_request_by_path_is_found_where_the_operator_sends_it():
+    # The scan's own check: the requests it reads from the source, one of each way of naming a path.
+    found = rest_calls()
+    assert {("v1", "pods", "watch"), ("v1", "persistentvolumeclaims", "list"),  # ReducedWatch's self.path
+            ("storage.k8s.io/v1", "storageclasses", "delete"),  # path(*STORAGE_CLASSES, name)
+            ("apps/v1", "daemonsets", "patch"), ("policy/v1", "poddisruptionbudgets", "list"),  # *RESTARTED, *KINDS
+            ("v1", "pods/eviction", "create"),  # a subresource
+            ("mountwarden.io/v1alpha1", "nodemountreports", "list"),  # f"{GROUP}/{VERSION}"
+            ("v1", "events", "create")} <= found  # Rest(client).post(...)
+    # Only the kinds a rollout restarts are patched, none it only reads.
+    assert ("apps/v1", "replicasets", "patch") not in found and ("batch/v1", "jobs", "patch") not in found
+    assert set(REST_CALLS) == found, "REST_CALLS names requests the operator no longer sends"
 
 
 def test_the_operator_may_make_every_call_it_makes(default):

@@ -12,6 +12,7 @@ from tests.support import operator_context
 
 from mountwarden.adapters import peering
 from mountwarden.adapters.peering import ActiveReplica, replica_active
+from mountwarden.adapters.rest import APPLY
 from mountwarden.adapters.webhookconfig import (
     ActivePodLabel,
     WebhookRegistrar,
@@ -200,11 +201,15 @@ def test_the_enforcement_configuration_holds_only_the_deny_webhooks_and_no_label
 
 
 class FakeAdmissionApi:
+    """Stands in for the registrar's Rest: records each server-side apply by the configuration's name."""
+
     def __init__(self) -> None:
         self.applied: list[tuple[str, dict]] = []
 
-    def patch_validating_webhook_configuration(self, name, body, **_):
-        self.applied.append((name, body))
+    def patch(self, resource_path, body, *, content_type, **_):
+        prefix = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/"
+        assert resource_path.startswith(prefix) and content_type == APPLY
+        self.applied.append((resource_path.removeprefix(prefix), body))
 
 
 def registrar(active: list[bool]) -> tuple[WebhookRegistrar, FakeAdmissionApi]:
@@ -212,7 +217,7 @@ def registrar(active: list[bool]) -> tuple[WebhookRegistrar, FakeAdmissionApi]:
     WebhookRegistrar.__init__(registrar, client=None, excluded=["kube-system", "mw"],
                               enforcement_configuration="mw-enforce", is_active=lambda: active[0])
     api = FakeAdmissionApi()
-    registrar.api = api
+    registrar.rest = api
     return registrar, api
 
 
@@ -236,7 +241,7 @@ def test_a_replica_writes_the_deny_webhooks_only_once_it_knows_the_profiles_and_
 def test_locally_the_registrar_still_writes_at_once():
     reg = WebhookRegistrar.__new__(WebhookRegistrar)
     WebhookRegistrar.__init__(reg, client=None, excluded=["kube-system"], agent_username=AGENT)
-    reg.api = api = FakeAdmissionApi()
+    reg.rest = api = FakeAdmissionApi()
     reg.serving({"url": "https://127.0.0.1:4443", "caBundle": "Q0E="})
     ((name, body),) = api.applied
     assert name == "mountwarden.io" and len(body["webhooks"]) == 3
@@ -321,15 +326,15 @@ class FakeCoreApi:
     def __init__(self) -> None:
         self.patches: list[dict] = []
 
-    def patch_namespaced_pod(self, name, namespace, body, **_):
-        assert (name, namespace) == ("mw-operator-abc", "mw")
+    def patch(self, resource_path, body, **_):
+        assert resource_path == "/api/v1/namespaces/mw/pods/mw-operator-abc"
         self.patches.append(body)
 
 
 def pod_label() -> tuple[ActivePodLabel, FakeCoreApi]:
     label = ActivePodLabel.__new__(ActivePodLabel)
     ActivePodLabel.__init__(label, client=None, namespace="mw", pod="mw-operator-abc", key="mountwarden.io/active")
-    label.api = api = FakeCoreApi()
+    label.rest = api = FakeCoreApi()
     return label, api
 
 

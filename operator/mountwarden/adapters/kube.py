@@ -5,7 +5,6 @@ synchronous official client is the right tool; kopf keeps its own async client
 for watching.
 """
 
-import json
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -14,6 +13,7 @@ import kubernetes
 import urllib3
 from kubernetes.client import ApiClient, ApiException
 
+from mountwarden.adapters.rest import Rest, path
 from mountwarden.core.conditions import set_condition
 
 #: Status codes worth retrying: conflicts, throttling, server trouble (0: no connection).
@@ -56,33 +56,33 @@ def transient_errors() -> Iterator[None]:
         raise TransientApiError(0, f"no whole answer ({type(error).__name__}: {error})") from error
 
 
-def _json(response) -> dict:
-    return json.loads(response.data)
+#: (apiVersion, plural) of StorageClasses.
+STORAGE_CLASSES = ("storage.k8s.io/v1", "storageclasses")
 
 
 class StorageClasses:
     """StorageClasses of profiles' lineages, in their wire (dict) form."""
 
     def __init__(self, client: ApiClient) -> None:
-        self.api = kubernetes.client.StorageV1Api(client)
+        self.rest = Rest(client)
 
     def list(self, label_selector: str) -> list[dict]:
         with transient_errors():
-            return _json(self.api.list_storage_class(label_selector=label_selector, _preload_content=False))["items"]
+            return self.rest.get(path(*STORAGE_CLASSES), query={"labelSelector": label_selector})["items"]
 
     def create(self, body: dict) -> dict:
         with transient_errors():
-            return _json(self.api.create_storage_class(body, _preload_content=False))
+            return self.rest.post(path(*STORAGE_CLASSES), body)
 
     def patch(self, name: str, body: dict) -> None:
         with transient_errors():
-            self.api.patch_storage_class(name, body)
+            self.rest.patch(path(*STORAGE_CLASSES, name), body)
 
     def delete(self, name: str) -> None:
         """Delete; a class that is already gone is fine (deletes are repeated after crashes)."""
         try:
             with transient_errors():
-                self.api.delete_storage_class(name)
+                self.rest.delete(path(*STORAGE_CLASSES, name))
         except ApiException as error:
             if error.status != 404:
                 raise
@@ -130,13 +130,13 @@ def warn_node(client: ApiClient, node: str, reason: str, message: str, *, compon
     """A Warning Event on a Node, written as the kubelet writes its own (involvedObject uid = the node's name, no
     namespace), so that `kubectl describe node` shows it; kopf's Events give a cluster-scoped object a namespace,
     which describe does not match."""
-    now = datetime.now(UTC)
-    event = kubernetes.client.CoreV1Event(
-        metadata=kubernetes.client.V1ObjectMeta(generate_name=f"{node}."),
-        involved_object=kubernetes.client.V1ObjectReference(api_version="v1", kind="Node", name=node, uid=node),
-        reason=reason, message=message[:1024], type="Warning", count=1, first_timestamp=now, last_timestamp=now,
-        source=kubernetes.client.V1EventSource(component=component),
-        reporting_component=component, reporting_instance=component,
-    )
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    event = {
+        "apiVersion": "v1", "kind": "Event", "metadata": {"generateName": f"{node}."},
+        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node},
+        "reason": reason, "message": message[:1024], "type": "Warning", "count": 1, "firstTimestamp": now,
+        "lastTimestamp": now, "source": {"component": component},
+        "reportingComponent": component, "reportingInstance": component,
+    }
     with transient_errors():
-        kubernetes.client.CoreV1Api(client).create_namespaced_event("default", event)
+        Rest(client).post(path("v1", "events", namespace="default"), event)

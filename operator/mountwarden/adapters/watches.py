@@ -24,6 +24,9 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from typing import Any
 
 import kubernetes
+from kubernetes.client import ApiClient
+
+from mountwarden.adapters.rest import Rest, path, watcher
 
 log = logging.getLogger(__name__)
 
@@ -127,14 +130,15 @@ class Index(Mapping):
 class ReducedWatch:
     """One resource, kept as the indexes its objects file; ``indexes[name]`` reads one."""
 
-    def __init__(self, what: str, list_objects: Callable[..., Any] | None, reduce: Reducer,
+    def __init__(self, what: str, rest: Rest | None, reduce: Reducer,
                  names: tuple[str, ...], reduce_page: PageReducer | None = None) -> None:
-        """``list_objects`` is a list call of the Kubernetes client (e.g. CoreV1Api.list_persistent_volume);
-        without one the watch holds what ``load`` is given and follows nothing. ``reduce`` takes a watch event's
+        """``what`` is the plural of a core resource listed cluster-wide (pods, persistentvolumes), read through
+        ``rest``; without one the watch holds what ``load`` is given and follows nothing. ``reduce`` takes a watch event's
         object; ``reduce_page`` a list's page, as bytes (by default, each object decoded and handed to ``reduce``:
         a resource listed by the ten thousand decodes only what it keeps instead)."""
         self.what = what
-        self.list_objects = list_objects
+        self.rest = rest
+        self.path = path("v1", what)
         self.reduce = reduce
         self.reduce_page = reduce_page or functools.partial(reduce_json_page, reduce=reduce)
         self._lock = threading.Lock()
@@ -153,7 +157,7 @@ class ReducedWatch:
         return len(self._filed)
 
     def start(self) -> None:
-        if self.list_objects is None:
+        if self.rest is None:
             raise RuntimeError(f"the watch of {self.what} has no list call to follow")
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name=f"watch-{self.what}", daemon=True)
@@ -232,8 +236,8 @@ class ReducedWatch:
         objects: dict[str, Entries] = {}
         token = None
         while True:
-            response = self.list_objects(limit=PAGE_SIZE, _continue=token, _preload_content=False)
-            entries, token, resource_version = self.reduce_page(response.data)
+            page = self.rest.raw("GET", self.path, query={"limit": PAGE_SIZE, "continue": token})
+            entries, token, resource_version = self.reduce_page(page)
             objects.update(entries)
             if not token:
                 self.load(objects)
@@ -242,13 +246,10 @@ class ReducedWatch:
 
     def _follow(self, resource_version: str) -> None:
         while not self._stop.is_set():
-            self._watch = kubernetes.watch.Watch()
-            for event in self._watch.stream(self.list_objects, resource_version=resource_version,
-                                            timeout_seconds=WATCH_SECONDS, allow_watch_bookmarks=True,
-                                            deserialize=False):
+            self._watch = watcher()
+            for event in self.rest.watch(self._watch, self.path, resource_version=resource_version,
+                                         timeout_seconds=WATCH_SECONDS):
                 obj = event["object"]
-                if event["type"] == "ERROR":
-                    raise RuntimeError(f"the watch of {self.what} ended: {obj.get('message', obj)}")
                 resource_version = obj["metadata"]["resourceVersion"]
                 if event["type"] != "BOOKMARK":
                     uid = obj["metadata"]["uid"]
@@ -266,13 +267,11 @@ WatchedAs = tuple[Reducer, tuple[str, ...]] | tuple[Reducer, tuple[str, ...], Pa
 class CoreWatches:
     """The cluster's pods, PersistentVolumes and claims, each kept as the indexes its reducer files."""
 
-    def __init__(self, client: kubernetes.client.ApiClient, *, pods: WatchedAs, volumes: WatchedAs,
-                 claims: WatchedAs) -> None:
-        self.core = kubernetes.client.CoreV1Api(client)
-        self.pods = ReducedWatch("pods", self.core.list_pod_for_all_namespaces, *pods)
-        self.volumes = ReducedWatch("persistentvolumes", self.core.list_persistent_volume, *volumes)
-        self.claims = ReducedWatch("persistentvolumeclaims", self.core.list_persistent_volume_claim_for_all_namespaces,
-                                   *claims)
+    def __init__(self, client: ApiClient, *, pods: WatchedAs, volumes: WatchedAs, claims: WatchedAs) -> None:
+        rest = Rest(client)
+        self.pods = ReducedWatch("pods", rest, *pods)
+        self.volumes = ReducedWatch("persistentvolumes", rest, *volumes)
+        self.claims = ReducedWatch("persistentvolumeclaims", rest, *claims)
 
         self.all = (self.pods, self.volumes, self.claims)
         #: Every index of the three, by name.

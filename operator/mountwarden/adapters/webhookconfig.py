@@ -72,10 +72,10 @@ from pathlib import Path
 
 import aiohttp.web
 import kopf
-import kubernetes
 from kubernetes.client import ApiClient, ApiException
 
 from mountwarden.adapters import certs
+from mountwarden.adapters.rest import APPLY, JSON_PATCH, Rest, path
 from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.nodemountreport import PLURAL as REPORTS
 from mountwarden.api.storageprofile import PLURAL
@@ -271,7 +271,7 @@ class WebhookRegistrar:
     def __init__(self, client: ApiClient, excluded: Sequence[str], *, agent_username: str | None = None,
                  enforcement_configuration: str | None = None,
                  is_active: Callable[[], bool] | None = None, report: EnforcementReport | None = None) -> None:
-        self.api = kubernetes.client.AdmissionregistrationV1Api(client)
+        self.rest = Rest(client)
         self.excluded = list(excluded)
         self.agent_username = agent_username
         self.enforcement_configuration = enforcement_configuration
@@ -294,6 +294,9 @@ class WebhookRegistrar:
     @property
     def name(self) -> str:
         return self.enforcement_configuration or CONFIGURATION_NAME
+
+    def _path(self) -> str:
+        return path("admissionregistration.k8s.io/v1", "validatingwebhookconfigurations", self.name)
 
     def serving(self, client_config: Mapping) -> None:
         with self._lock:
@@ -340,10 +343,8 @@ class WebhookRegistrar:
     def _read(self) -> dict | None:
         """The configuration as stored, through patch (the one verb RBAC grants on it): a JSON patch that only tests
         the name, which changes nothing."""
-        response = self.api.patch_validating_webhook_configuration(
-            self.name, [{"op": "test", "path": "/metadata/name", "value": self.name}], _request_timeout=10,
-            _content_type="application/json-patch+json", _preload_content=False)
-        return json.loads(response.data) if getattr(response, "data", None) else None
+        return self.rest.patch(self._path(), [{"op": "test", "path": "/metadata/name", "value": self.name}],
+                               content_type=JSON_PATCH, timeout=10)
 
     def _remove_stale(self, live: Mapping | None) -> None:
         assert self._written is not None
@@ -355,10 +356,8 @@ class WebhookRegistrar:
         patch = [op for index, name in stale for op in (
             {"op": "test", "path": f"/webhooks/{index}/name", "value": name},
             {"op": "remove", "path": f"/webhooks/{index}"})]
-        response = self.api.patch_validating_webhook_configuration(
-            self.name, patch, _request_timeout=10, _content_type="application/json-patch+json",
-            _preload_content=False)
-        self._version = _resource_version(response)
+        stored = self.rest.patch(self._path(), patch, content_type=JSON_PATCH, timeout=10)
+        self._version = _resource_version(stored)
 
     def _render(self, enforcing: list[ProfileEntry]) -> dict:
         assert self._client_config is not None
@@ -372,11 +371,8 @@ class WebhookRegistrar:
         """The configuration as the API server stored it (None from a client that returns nothing)."""
         # Server-side apply: creates or updates in one call, and drops webhooks of profiles gone from deny.
         # In a cluster the configuration exists (the chart made it) and RBAC allows patching it alone.
-        response = self.api.patch_validating_webhook_configuration(
-            self.name, body, field_manager=FIELD_MANAGER, force=True, _preload_content=False,
-            _content_type="application/apply-patch+yaml", **({"dry_run": "All"} if dry_run else {}),
-        )
-        stored = json.loads(response.data) if getattr(response, "data", None) else None
+        stored = self.rest.patch(self._path(), body, content_type=APPLY, query={
+            "fieldManager": FIELD_MANAGER, "force": True, "dryRun": "All" if dry_run else None})
         if not dry_run:
             self._version = (stored or {}).get("metadata", {}).get("resourceVersion")
         return stored
@@ -448,7 +444,7 @@ class WebhookRegistrar:
             if self._applied is None and self._version is None:  # nothing was ever written
                 return
             try:
-                self.api.delete_validating_webhook_configuration(self.name, _request_timeout=10)
+                self.rest.delete(self._path(), timeout=10)
             except ApiException as error:
                 if error.status != 404:
                     raise
@@ -456,9 +452,8 @@ class WebhookRegistrar:
             logger.info(f"withdrew ValidatingWebhookConfiguration {self.name}")
 
 
-def _resource_version(response: object) -> str | None:
-    data = getattr(response, "data", None)
-    return json.loads(data).get("metadata", {}).get("resourceVersion") if data else None
+def _resource_version(stored: Mapping | None) -> str | None:
+    return (stored or {}).get("metadata", {}).get("resourceVersion")
 
 
 def _api_message(error: ApiException) -> str:
@@ -598,7 +593,7 @@ class ActivePodLabel:
     """
 
     def __init__(self, client: ApiClient, *, namespace: str, pod: str, key: str) -> None:
-        self.api = kubernetes.client.CoreV1Api(client)
+        self.rest = Rest(client)
         self.namespace, self.pod, self.key = namespace, pod, key
         self._written: bool | None = None
 
@@ -607,7 +602,7 @@ class ActivePodLabel:
         if active == self._written:
             return False
         body = {"metadata": {"labels": {self.key: "true" if active else None}}}
-        self.api.patch_namespaced_pod(self.pod, self.namespace, body, _request_timeout=10)
+        self.rest.patch(path("v1", "pods", self.pod, namespace=self.namespace), body, timeout=10)
         self._written = active
         logger.info(f"pod {self.namespace}/{self.pod}: {self.key} {'set' if active else 'removed'}: "
                     f"{'the webhook Service routes here' if active else 'not the active replica'}")

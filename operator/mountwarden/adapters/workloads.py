@@ -14,12 +14,12 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
-import kubernetes
 import msgspec
 from kubernetes.client import ApiClient, ApiException
 
 from mountwarden.adapters.kube import TransientApiError, transient_errors
 from mountwarden.adapters.pods import rollout_pods_of_page
+from mountwarden.adapters.rest import Rest, path
 from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.nodemountreport import PLURAL as REPORTS
 from mountwarden.api.nodemountreport import UnreadableReport, read_node_report
@@ -49,6 +49,19 @@ logger = logging.getLogger(__name__)
 #: JSON). Most namespaces are one page, so a tick makes no more requests than with one list; a namespace of
 #: 10,000 pods (bench/scale_100k.py) is five pages instead of one 35 MiB answer.
 POD_PAGE_SIZE = 2000
+#: Where the API serves each kind a rollout restarts, and each it reads: (apiVersion, plural).
+RESTARTED = {
+    "Deployment": ("apps/v1", "deployments"),
+    "StatefulSet": ("apps/v1", "statefulsets"),
+    "DaemonSet": ("apps/v1", "daemonsets"),
+}
+KINDS = {
+    **RESTARTED,
+    "ReplicaSet": ("apps/v1", "replicasets"),
+    "Job": ("batch/v1", "jobs"),
+    "HorizontalPodAutoscaler": ("autoscaling/v2", "horizontalpodautoscalers"),
+    "PodDisruptionBudget": ("policy/v1", "poddisruptionbudgets"),
+}
 
 
 @dataclass(frozen=True)
@@ -139,9 +152,9 @@ def slim_volumes(data: bytes) -> list[dict]:
     return [msgspec.to_builtins(pv) for pv in _VOLUME_LIST.decode(data).items or ()]
 
 
-def _items(response, kind: str) -> list[dict]:
+def _items(listed: Mapping, kind: str) -> list[dict]:
     # List items carry no kind; Workload.from_object needs it.
-    return [{**item, "kind": kind} for item in json.loads(response.data)["items"]]
+    return [{**item, "kind": kind} for item in listed["items"]]
 
 
 class ClusterWorkloads:
@@ -149,12 +162,7 @@ class ClusterWorkloads:
 
     def __init__(self, client: ApiClient, *, pod_page_size: int = POD_PAGE_SIZE) -> None:
         self.pod_page_size = pod_page_size
-        self.core = kubernetes.client.CoreV1Api(client)
-        self.apps = kubernetes.client.AppsV1Api(client)
-        self.batch = kubernetes.client.BatchV1Api(client)
-        self.autoscaling = kubernetes.client.AutoscalingV2Api(client)
-        self.policy = kubernetes.client.PolicyV1Api(client)
-        self.custom = kubernetes.client.CustomObjectsApi(client)
+        self.rest = Rest(client)
 
     def read(self, lineage: Collection[str], *, with_reports: bool,
              also: Callable[[Sequence[Mapping]], Collection[str]] | None = None,
@@ -165,7 +173,7 @@ class ClusterWorkloads:
         ``pod_name_of`` names the other pods that may hold a mount (the operator's PodPlacements.name_of); without
         it, the names of every other pod listed are kept."""
         with transient_errors():
-            pvs = slim_volumes(self.core.list_persistent_volume(_preload_content=False).data)
+            pvs = slim_volumes(self.rest.raw("GET", path("v1", "persistentvolumes")))
         picked = set(also(pvs)) if also is not None else set()
         volumes = tuple(Volume.from_object(pv) for pv in pvs if (pv.get("spec") or {}).get("storageClassName")
                         in lineage or pv["metadata"]["name"] in picked)
@@ -199,9 +207,9 @@ class ClusterWorkloads:
         token = None
         while True:
             with transient_errors():
-                response = self.core.list_namespaced_pod(namespace, limit=self.pod_page_size, _continue=token,
-                                                         _preload_content=False)
-            page, token = rollout_pods_of_page(response.data)
+                listed = self.rest.raw("GET", path("v1", "pods", namespace=namespace),
+                                       query={"limit": self.pod_page_size, "continue": token})
+            page, token = rollout_pods_of_page(listed)
             for pod in page:
                 if not claims.isdisjoint(pod.claims):
                     kept.append(pod)
@@ -217,42 +225,39 @@ class ClusterWorkloads:
             # they were marked for deletion, so a pod list read after it shows them terminating, not live.
             workloads = [
                 Workload.from_object(obj)
-                for kind, lister in (("Deployment", self.apps.list_namespaced_deployment),
-                                     ("StatefulSet", self.apps.list_namespaced_stateful_set),
-                                     ("DaemonSet", self.apps.list_namespaced_daemon_set))
-                for obj in _items(lister(namespace, _preload_content=False), kind)
+                for kind in ("Deployment", "StatefulSet", "DaemonSet")
+                for obj in _items(self._list(namespace, kind), kind)
             ]
             pods = self._mounting(namespace, claims, names)
             owner_kinds = {pod.owner.kind for pod in pods if pod.owner}
             parents: dict[WorkloadRef, WorkloadRef | None] = {}
             if "ReplicaSet" in owner_kinds:
-                parents.update(self._parents(self.apps.list_namespaced_replica_set(namespace, _preload_content=False),
-                                             "ReplicaSet"))
+                parents.update(self._parents(self._list(namespace, "ReplicaSet"), "ReplicaSet"))
             if "Job" in owner_kinds:
-                parents.update(self._parents(self.batch.list_namespaced_job(namespace, _preload_content=False), "Job"))
+                parents.update(self._parents(self._list(namespace, "Job"), "Job"))
             autoscalers: list[Autoscaler] = []
             if any(workload.replicas == 0 for workload in workloads):
                 autoscalers = [Autoscaler.from_object(obj) for obj in _items(
-                    self.autoscaling.list_namespaced_horizontal_pod_autoscaler(namespace, _preload_content=False),
-                    "HorizontalPodAutoscaler")]
+                    self._list(namespace, "HorizontalPodAutoscaler"), "HorizontalPodAutoscaler")]
             budgets: list[DisruptionBudget] = []
             if with_budgets and pods:  # only a rollout that moves pods evicts any
                 budgets = [DisruptionBudget.from_object(obj) for obj in _items(
-                    self.policy.list_namespaced_pod_disruption_budget(namespace, _preload_content=False),
-                    "PodDisruptionBudget")]
+                    self._list(namespace, "PodDisruptionBudget"), "PodDisruptionBudget")]
         return World((), tuple(pods), tuple(workloads), parents, tuple(autoscalers), budgets=tuple(budgets))
 
+    def _list(self, namespace: str, kind: str) -> dict:
+        return self.rest.get(path(*KINDS[kind], namespace=namespace))
+
     @staticmethod
-    def _parents(response, kind: str) -> dict[WorkloadRef, WorkloadRef | None]:
+    def _parents(listed: Mapping, kind: str) -> dict[WorkloadRef, WorkloadRef | None]:
         return {
             WorkloadRef(kind, obj["metadata"]["namespace"], obj["metadata"]["name"]): controller_of(obj)
-            for obj in _items(response, kind)
+            for obj in _items(listed, kind)
         }
 
     def _reports(self) -> dict[str, NodeReport]:
         with transient_errors():
-            listed = json.loads(self.custom.list_cluster_custom_object(
-                GROUP, VERSION, REPORTS, _preload_content=False).data)
+            listed = self.rest.get(path(f"{GROUP}/{VERSION}", REPORTS))
         reports = {}
         for obj in listed["items"]:
             try:
@@ -285,16 +290,12 @@ class ClusterWorkloads:
 
     def patch_volume(self, action: PatchVolume | ReleaseVolume) -> None:
         with transient_errors():
-            self.core.patch_persistent_volume(action.name, action.body())
+            self.rest.patch(path("v1", "persistentvolumes", action.name), action.body())
 
     def restart(self, action: RestartWorkload) -> None:
-        patchers = {
-            "Deployment": self.apps.patch_namespaced_deployment,
-            "StatefulSet": self.apps.patch_namespaced_stateful_set,
-            "DaemonSet": self.apps.patch_namespaced_daemon_set,
-        }
         with transient_errors():
-            patchers[action.ref.kind](action.ref.name, action.ref.namespace, action.body())
+            self.rest.patch(path(*RESTARTED[action.ref.kind], action.ref.name, namespace=action.ref.namespace),
+                            action.body())
 
     def remount(self, action: RemountPod) -> RefusedEviction | None:
         """Evict the replica if it is still the one judged (same UID); the refusal when the API refuses.
@@ -304,15 +305,13 @@ class ClusterWorkloads:
         PodDisruptionBudget allows no disruption now; 500 with a budget message:
         more than one budget covers the pod (eviction.go refuses both with these codes).
         """
-        eviction = kubernetes.client.V1Eviction(
-            api_version="policy/v1", kind="Eviction",
-            metadata=kubernetes.client.V1ObjectMeta(name=action.name, namespace=action.namespace),
-            delete_options=kubernetes.client.V1DeleteOptions(
-                preconditions=kubernetes.client.V1Preconditions(uid=action.uid)),
-        )
+        eviction = {"apiVersion": "policy/v1", "kind": "Eviction",
+                    "metadata": {"name": action.name, "namespace": action.namespace},
+                    "deleteOptions": {"preconditions": {"uid": action.uid}}}
         with transient_errors():
             try:
-                self.core.create_namespaced_pod_eviction(action.name, action.namespace, eviction)
+                self.rest.post(path("v1", "pods", action.name, namespace=action.namespace, subresource="eviction"),
+                               eviction)
             except ApiException as error:
                 if error.status in (404, 409):
                     return None

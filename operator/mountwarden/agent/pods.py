@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import kubernetes
 from kubernetes.client import ApiClient, ApiException
 
+from mountwarden.adapters.rest import Rest, path, watcher
 from mountwarden.core.workload import workload_of
 
 log = logging.getLogger(__name__)
@@ -43,20 +44,26 @@ class NodePod:
     workload: str = ""
 
     @staticmethod
-    def from_object(pod) -> "NodePod":
-        controller = next((ref for ref in pod.metadata.owner_references or [] if ref.controller), None)
-        owner = f"{controller.kind}/{controller.name}" if controller is not None else None
-        claims = {volume.name: volume.persistent_volume_claim.claim_name for volume in pod.spec.volumes or []
-                  if volume.persistent_volume_claim is not None}
-        workload = workload_of(controller and controller.kind, controller and controller.name, pod.metadata.name,
-                               (pod.metadata.labels or {}).get("pod-template-hash"))
-        return NodePod(pod.metadata.uid, pod.metadata.name, pod.metadata.namespace, owner, claims, workload)
+    def from_object(pod: Mapping) -> "NodePod":
+        """From the pod as the API server sends it (JSON)."""
+        metadata = pod["metadata"]
+        controller = next((ref for ref in metadata.get("ownerReferences") or [] if ref.get("controller")), None)
+        owner = f"{controller['kind']}/{controller['name']}" if controller is not None else None
+        claims = {volume["name"]: volume["persistentVolumeClaim"]["claimName"] for volume in _volumes(pod)
+                  if volume.get("persistentVolumeClaim") is not None}
+        workload = workload_of(controller and controller["kind"], controller and controller["name"], metadata["name"],
+                               (metadata.get("labels") or {}).get("pod-template-hash"))
+        return NodePod(metadata["uid"], metadata["name"], metadata["namespace"], owner, claims, workload)
 
 
-def mounts_volumes(pod) -> bool:
+def _volumes(pod: Mapping) -> list[dict]:
+    return (pod.get("spec") or {}).get("volumes") or []
+
+
+def mounts_volumes(pod: Mapping) -> bool:
     """Whether a pod can hold a network mount the report shows: a claim or an in-line NFS volume."""
-    return any(volume.persistent_volume_claim is not None or volume.nfs is not None
-               for volume in pod.spec.volumes or [])
+    return any(volume.get("persistentVolumeClaim") is not None or volume.get("nfs") is not None
+               for volume in _volumes(pod))
 
 
 class NodePods:
@@ -72,7 +79,7 @@ class NodePods:
         self.lists = 0
         self.watches_ended = 0
         self.bookmarks = 0
-        self._core = kubernetes.client.CoreV1Api(api_client)
+        self._rest = Rest(api_client)
         self._pods: dict[str, NodePod] = {}
         #: (namespace, claim) -> the PV it is bound to.
         self._claim_volumes: dict[tuple[str, str], str] = {}
@@ -110,7 +117,8 @@ class NodePods:
             if key in self._claim_volumes:
                 return self._claim_volumes[key]
         try:
-            volume = self._core.read_namespaced_persistent_volume_claim(claim, namespace).spec.volume_name
+            claimed = self._rest.get(path("v1", "persistentvolumeclaims", claim, namespace=namespace))
+            volume = (claimed.get("spec") or {}).get("volumeName")
         except ApiException as error:
             log.debug("cannot read claim %s/%s (%s): its volume is reported without it", namespace, claim, error.reason)
             return None
@@ -125,12 +133,12 @@ class NodePods:
         selector = f"spec.nodeName={self.node_name}"
         while not self._stop.is_set():
             try:
-                listed = self._core.list_pod_for_all_namespaces(field_selector=selector)
+                listed = self._rest.get(path("v1", "pods"), query={"fieldSelector": selector})
                 self.lists += 1
-                self._replace({pod.metadata.uid: NodePod.from_object(pod) for pod in listed.items
+                self._replace({pod["metadata"]["uid"]: NodePod.from_object(pod) for pod in listed["items"]
                                if mounts_volumes(pod)})
                 self.synced.set()
-                self._follow(selector, listed.metadata.resource_version)
+                self._follow(selector, listed["metadata"]["resourceVersion"])
             except Exception as error:  # the API server away, 410 Gone: list again after a pause
                 if self._stop.is_set():
                     return
@@ -140,24 +148,20 @@ class NodePods:
 
     def _follow(self, selector: str, resource_version: str) -> None:
         while not self._stop.is_set():
-            self._watch = kubernetes.watch.Watch()
-            for event in self._watch.stream(self._core.list_pod_for_all_namespaces, field_selector=selector,
-                                            resource_version=resource_version, timeout_seconds=self.watch_seconds,
-                                            allow_watch_bookmarks=True):
-                if event["type"] == "ERROR":  # 410 Gone among them: the caller lists again
-                    raise RuntimeError(f"the watch ended: {event['raw_object']}")
+            self._watch = watcher()
+            for event in self._rest.watch(self._watch, path("v1", "pods"), resource_version=resource_version,
+                                          timeout_seconds=self.watch_seconds, query={"fieldSelector": selector}):
+                pod = event["object"]
+                # A bookmark's version (it carries only metadata) is where the next watch resumes, so that no
+                # relist follows a quiet node's watch.
+                resource_version = pod["metadata"]["resourceVersion"]
                 if event["type"] == "BOOKMARK":
-                    # The client leaves a bookmark undecoded (a dict: it carries only metadata); its version is
-                    # where the next watch resumes, so that no relist follows a quiet node's watch.
-                    resource_version = event["raw_object"]["metadata"]["resourceVersion"]
                     self.bookmarks += 1
                     continue
-                pod = event["object"]
-                resource_version = pod.metadata.resource_version
                 if event["type"] == "DELETED" or not mounts_volumes(pod):
-                    self._apply(pod.metadata.uid, None)
+                    self._apply(pod["metadata"]["uid"], None)
                 else:
-                    self._apply(pod.metadata.uid, NodePod.from_object(pod))
+                    self._apply(pod["metadata"]["uid"], NodePod.from_object(pod))
             self.watches_ended += 1
 
     def _replace(self, pods: dict[str, NodePod]) -> None:

@@ -16,6 +16,7 @@ import kubernetes
 from kubernetes.client import ApiClient, ApiException
 from pydantic import ValidationError
 
+from mountwarden.adapters.rest import Rest, path
 from mountwarden.api.base import API_VERSION, GROUP, VERSION
 from mountwarden.api.nodemountreport import KIND, PLURAL, NodeMountReportSpec
 
@@ -106,7 +107,7 @@ class ReportWriter:
         self.heartbeat = timedelta(seconds=heartbeat_seconds)
         self.host_boot_id = host_boot_id
         self._custom = kubernetes.client.CustomObjectsApi(api_client)
-        self._core = kubernetes.client.CoreV1Api(api_client)
+        self._rest = Rest(api_client)
         #: The report as last read or written, so that an unchanged scan costs no API call.
         self._stored: dict[str, Any] | None = None
         self._owner: dict[str, Any] | None = None
@@ -121,7 +122,7 @@ class ReportWriter:
         report with this node's mounts, every scan.
         """
         try:
-            node = self._core.read_node(self.node_name, _request_timeout=REQUEST_TIMEOUT)
+            node = self._rest.get(path("v1", "nodes", self.node_name), timeout=REQUEST_TIMEOUT)
         except ApiException as error:
             if error.status == 404:
                 raise RefusedWrite(
@@ -134,13 +135,13 @@ class ReportWriter:
                 self._node_checked = True
                 return
             raise
-        node_boot_id = (node.status.node_info.boot_id or "") if node.status and node.status.node_info else ""
+        node_boot_id = ((node.get("status") or {}).get("nodeInfo") or {}).get("bootID") or ""
         if node_boot_id and self.host_boot_id and node_boot_id != self.host_boot_id:
             raise RefusedWrite(
                 f"node {self.node_name!r} has boot ID {node_boot_id} but this host has {self.host_boot_id}: this agent "
                 f"does not run on {self.node_name!r}. Set NODE_NAME from the downward API's spec.nodeName."
             )
-        self._owner = {"apiVersion": "v1", "kind": "Node", "name": self.node_name, "uid": node.metadata.uid}
+        self._owner = {"apiVersion": "v1", "kind": "Node", "name": self.node_name, "uid": node["metadata"]["uid"]}
         self._node_checked = True
 
     def sync(self, spec: NodeMountReportSpec) -> WriteOutcome:
