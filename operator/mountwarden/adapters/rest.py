@@ -17,10 +17,9 @@ import kubernetes
 import urllib3
 from kubernetes.client import ApiClient, ApiException
 
-#: Content types of a PATCH. Built-in kinds take a strategic merge of an object (what the typed calls send for a
-#: dict); custom resources take a JSON merge patch.
+#: Content types of a PATCH: a strategic merge of an object (what the typed calls sent for a dict; built-in kinds
+#: only), a list of JSON patch operations, a server-side apply.
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
-MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 APPLY = "application/apply-patch+yaml"
 
