@@ -523,7 +523,10 @@ def test_stale_replicas_are_evicted_one_at_a_time_until_the_remounts_run_out_the
 
     (line,) = rollout["workloads"]
     case.assert_stuck(line, replicas=3)
-    assert [case.in_effect(pod, ["timeo=300"]) for pod in case.pods("app")] == [{"timeo": 600}] * 3
+    # Stuck as soon as one replica is judged stale: the last replacement's node report may come after that.
+    in_effect = wait_for(lambda: None not in (found := [case.in_effect(pod, ["timeo=300"]) for pod in case.pods("app")])
+                         and found, what="a node report for every replica")
+    assert in_effect == [{"timeo": 600}] * 3
     # Each eviction waited for the previous one's replacement to be Ready: never two replicas out at once.
     order = history.evictions_then_readiness(stale)
     assert order.count("gone") == 6 and not any(a == b == "gone" for a, b in zip(order, order[1:], strict=False)), (
