@@ -3,14 +3,17 @@
 import asyncio
 import base64
 import datetime
+import json
 import os
 import ssl
+import subprocess
+import sys
 
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from mountwarden.adapters import certs
+from mountwarden.adapters import certfiles, certs
 from mountwarden.adapters.webhookconfig import local_server
 
 NOW = datetime.datetime(2026, 6, 1, tzinfo=datetime.UTC)
@@ -62,7 +65,7 @@ def test_ensure_renews_a_certificate_that_will_not_do(tmp_path, hosts, later):
     made = certs.issue(tmp_path, ["127.0.0.1"], now=NOW)
     before = made.cert.read_bytes()
     renewed = certs.ensure(tmp_path, hosts, now=NOW + later)
-    assert renewed.cert.read_bytes() != before and renewed.covers(hosts)
+    assert renewed.cert.read_bytes() != before and certs.covers(renewed.cert, hosts)
 
 
 #: When the serving certificate issued at NOW has less than RENEW_WITHIN left.
@@ -83,7 +86,7 @@ def test_a_renewal_keeps_the_ca_and_signs_the_new_certificate_with_it(tmp_path):
     assert os.stat(tmp_path / "ca.key").st_mode & 0o777 == 0o600
     # A host the certificate did not cover: renewed from the same CA too.
     wider = certs.ensure(tmp_path, ["127.0.0.1", "mountwarden.example"], now=DUE)
-    assert wider.ca.read_bytes() == ca_before and wider.covers(["mountwarden.example"])
+    assert wider.ca.read_bytes() == ca_before and certs.covers(wider.cert, ["mountwarden.example"])
     load(wider.cert).verify_directly_issued_by(x509.load_pem_x509_certificate(ca_before))
 
 
@@ -127,19 +130,53 @@ def test_a_ca_whose_key_is_missing_or_not_its_own_is_replaced(tmp_path):
 
 
 def test_ensure_fills_an_empty_directory_and_replaces_garbage(tmp_path):
-    assert certs.ensure(tmp_path / "new", ["127.0.0.1"]).covers(["127.0.0.1"])
+    assert certs.covers(certs.ensure(tmp_path / "new", ["127.0.0.1"]).cert, ["127.0.0.1"])
     for name in ("tls.crt", "tls.key", "ca.crt", "ca.key"):
         (tmp_path / "plain" / name).parent.mkdir(exist_ok=True)
         (tmp_path / "plain" / name).write_text("not PEM")
-    assert certs.ensure(tmp_path / "plain", ["127.0.0.1"]).covers(["127.0.0.1"])
+    assert certs.covers(certs.ensure(tmp_path / "plain", ["127.0.0.1"]).cert, ["127.0.0.1"])
 
 
 def test_require_names_what_is_missing(tmp_path):
     (tmp_path / "tls.crt").write_text("x")
-    with pytest.raises(certs.CertificateError, match=r"lacks tls.key: mount the TLS Secret"):
-        certs.require(tmp_path)
+    with pytest.raises(certfiles.CertificateError, match=r"lacks tls.key: mount the TLS Secret"):
+        certfiles.require(tmp_path)
     (tmp_path / "tls.key").write_text("x")
-    assert certs.require(tmp_path) == certs.ServingCertificate(tmp_path / "tls.crt", tmp_path / "tls.key", None)
+    assert certfiles.require(tmp_path) == certfiles.ServingCertificate(tmp_path / "tls.crt", tmp_path / "tls.key", None)
+
+
+def test_made_in_a_child_process_a_certificate_is_issued_kept_while_good_and_a_failure_says_why(tmp_path):
+    made = certfiles.make(tmp_path / "local", ["127.0.0.1"], keep_good=False)
+    load(made.cert).verify_directly_issued_by(load(made.ca))
+    assert certs.covers(made.cert, ["127.0.0.1"]) and os.stat(made.key).st_mode & 0o777 == 0o600
+    before = made.cert.read_bytes()
+    assert certfiles.make(tmp_path / "local", ["127.0.0.1"], keep_good=True).cert.read_bytes() == before
+    assert certfiles.make(tmp_path / "local", ["127.0.0.1"], keep_good=False).cert.read_bytes() != before
+    (tmp_path / "file").write_text("not a directory")
+    with pytest.raises(certfiles.CertificateError, match=r"making the webhook certificate in .*file failed "
+                                                         r"\(exit code 1\): \w+Error: "):
+        certfiles.make(tmp_path / "file", ["127.0.0.1"], keep_good=False)
+
+
+#: Starts the operator's local webhook server, certificate made, in a fresh interpreter: the modules it loaded.
+LOCAL_WEBHOOK = """
+import json, sys
+from mountwarden.adapters.webhookconfig import local_server
+from mountwarden.handlers.runner import register_handlers
+from mountwarden.handlers.config import OperatorConfig
+
+register_handlers(OperatorConfig())
+server = local_server(None, host="127.0.0.1", port=None, cert_dir=sys.argv[1])
+print(json.dumps(sorted(name for name in sys.modules if name.split(".")[0] in ("cryptography", "OpenSSL"))))
+"""
+
+
+def test_the_operator_never_loads_cryptography_even_making_its_certificate(tmp_path):
+    # Some 10 MiB of resident memory, kept for good (mountwarden.adapters.certfiles).
+    done = subprocess.run([sys.executable, "-c", LOCAL_WEBHOOK, str(tmp_path)], capture_output=True, text=True,
+                          check=True)
+    assert json.loads(done.stdout.splitlines()[-1]) == []
+    assert certs.covers(certfiles.require(tmp_path).cert, ["127.0.0.1"])
 
 
 class RecordingRegistrar:

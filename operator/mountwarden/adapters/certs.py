@@ -9,6 +9,10 @@ mounts and a directory the operator fills itself look the same, and kopf's
 webhook server, which re-reads the files when their content changes (rotation),
 never sees a new key beside an old certificate.
 
+The operator runs this module in a child process (``python -m
+mountwarden.adapters.certs``, from mountwarden.adapters.certfiles.make), so that it
+never loads `cryptography` itself: certfiles says why.
+
 Keys are ECDSA P-256: generated in microseconds, accepted by the API server.
 
 The CA's key is kept beside ca.crt (ca.key, mode 0600), so that a renewal re-issues
@@ -17,6 +21,7 @@ API server stays the one that verifies the new certificate, with no moment where
 it trusts neither the old nor the new one (see ensure).
 """
 
+import argparse
 import datetime
 import ipaddress
 import os
@@ -31,10 +36,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-CERT_FILE = "tls.crt"
-KEY_FILE = "tls.key"
-CA_FILE = "ca.crt"
-CA_KEY_FILE = "ca.key"
+from mountwarden.adapters.certfiles import CA_FILE, CA_KEY_FILE, CERT_FILE, KEY_FILE, ServingCertificate
 
 #: A locally made certificate lasts a year; one that has less than RENEW_WITHIN left is made anew.
 VALIDITY = datetime.timedelta(days=365)
@@ -49,35 +51,20 @@ CA_RENEW_WITHIN = VALIDITY + RENEW_WITHIN
 _CLOCK_SKEW = datetime.timedelta(hours=1)
 
 
-class CertificateError(RuntimeError):
-    """The certificate directory cannot serve: the message says what is missing."""
+def not_after(cert: Path) -> datetime.datetime:
+    return x509.load_pem_x509_certificate(cert.read_bytes()).not_valid_after_utc
 
 
-@dataclass(frozen=True)
-class ServingCertificate:
-    """Paths of the serving certificate, its key, and the CA the API server must trust."""
-
-    cert: Path
-    key: Path
-    ca: Path | None
-
-    @staticmethod
-    def in_directory(directory: Path) -> "ServingCertificate":
-        ca = directory / CA_FILE
-        return ServingCertificate(directory / CERT_FILE, directory / KEY_FILE, ca if ca.exists() else None)
-
-    def not_after(self) -> datetime.datetime:
-        return x509.load_pem_x509_certificate(self.cert.read_bytes()).not_valid_after_utc
-
-    def covers(self, hosts: Sequence[str]) -> bool:
-        certificate = x509.load_pem_x509_certificate(self.cert.read_bytes())
-        try:
-            names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-        except x509.ExtensionNotFound:
-            return False
-        present = {str(ip) for ip in names.get_values_for_type(x509.IPAddress)}
-        present |= set(names.get_values_for_type(x509.DNSName))
-        return all(_san_text(host) in present for host in hosts)
+def covers(cert: Path, hosts: Sequence[str]) -> bool:
+    """``cert`` names every one of ``hosts`` (names or IPs) among its subject alternative names."""
+    certificate = x509.load_pem_x509_certificate(cert.read_bytes())
+    try:
+        names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return False
+    present = {str(ip) for ip in names.get_values_for_type(x509.IPAddress)}
+    present |= set(names.get_values_for_type(x509.DNSName))
+    return all(_san_text(host) in present for host in hosts)
 
 
 def _san_text(host: str) -> str:
@@ -226,20 +213,27 @@ def ensure(directory: Path, hosts: Sequence[str], *, now: datetime.datetime | No
     found = ServingCertificate.in_directory(directory)
     if found.cert.exists() and found.key.exists() and found.ca is not None:
         try:
-            if found.covers(hosts) and found.not_after() - now > renew_within:
+            if covers(found.cert, hosts) and not_after(found.cert) - now > renew_within:
                 return found
         except ValueError:
             pass  # not a certificate: replace it
     return renew(directory, hosts, now=now)
 
 
-def require(directory: Path) -> ServingCertificate:
-    """The certificate someone else provides (cert-manager, the chart); fail with what is missing."""
-    found = ServingCertificate.in_directory(directory)
-    missing = [path.name for path in (found.cert, found.key) if not path.exists()]
-    if missing:
-        raise CertificateError(
-            f"the webhook certificate directory {directory} lacks {' and '.join(missing)}: mount the TLS Secret "
-            "(tls.crt, tls.key) there, or run with --webhook-mode local to make one"
-        )
-    return found
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m mountwarden.adapters.certs",
+        description="Make the admission webhook's CA and serving certificate in DIRECTORY, for HOST (names or IPs): "
+                    "what the operator runs in a child process with --webhook-mode local.")
+    parser.add_argument("action", choices=("issue", "ensure"),
+                        help="issue: a new CA and certificate; ensure: keep a certificate that covers the hosts and "
+                             f"has more than {RENEW_WITHIN.days} days left, else renew it (from the same CA while it "
+                             "lasts)")
+    parser.add_argument("directory", type=Path, metavar="DIRECTORY")
+    parser.add_argument("hosts", nargs="+", metavar="HOST")
+    args = parser.parse_args(argv)
+    (issue if args.action == "issue" else ensure)(args.directory, args.hosts)
+
+
+if __name__ == "__main__":
+    main()

@@ -74,7 +74,7 @@ import aiohttp.web
 import kopf
 from kubernetes.client import ApiClient, ApiException
 
-from mountwarden.adapters import certs
+from mountwarden.adapters import certfiles
 from mountwarden.adapters.rest import APPLY, JSON_PATCH, Rest, path
 from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.nodemountreport import PLURAL as REPORTS
@@ -538,9 +538,9 @@ def local_server(registrar: WebhookRegistrar, *, host: str, port: int | None, ce
     scratch = None
     if cert_dir is None:
         scratch = tempfile.TemporaryDirectory(prefix="mountwarden-webhook-")
-        paths = certs.issue(Path(scratch.name), [host])
+        paths = certfiles.make(Path(scratch.name), [host], keep_good=False)
     else:
-        paths = certs.ensure(Path(cert_dir), [host])
+        paths = certfiles.make(Path(cert_dir), [host], keep_good=True)
     # Loopback stays loopback; any other name means the API server is elsewhere (a kind node, a VM).
     addr = host if host in (LOCAL_HOST, "localhost", "::1") else "0.0.0.0"
     return RegisteringWebhookServer(
@@ -576,7 +576,7 @@ class EnforcingWebhookServer(WebhookServer):
 
 def cluster_server(*, port: int | None, cert_dir: str | None, registrar: WebhookRegistrar | None = None,
                    service: Mapping | None = None) -> WebhookServer:
-    paths = certs.require(Path(cert_dir or DEFAULT_CLUSTER_CERT_DIR))
+    paths = certfiles.require(Path(cert_dir or DEFAULT_CLUSTER_CERT_DIR))
     options = dict(addr="0.0.0.0", port=port or CLUSTER_PORT, certfile=paths.cert, pkeyfile=paths.key,
                    cafile=paths.ca)
     if registrar is not None and service is not None:
