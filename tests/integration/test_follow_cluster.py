@@ -8,6 +8,7 @@ import kopf
 import kubernetes
 import pytest
 
+from mountwarden.adapters import watches
 from mountwarden.adapters.kube import api_client
 from mountwarden.adapters.pods import pod_entries, pod_page_entries
 from mountwarden.adapters.watches import reduce_json_page
@@ -68,3 +69,48 @@ def test_the_pods_pages_are_decoded_to_what_each_pod_files_as_the_api_server_sen
             break
     kept = {entries["pods_by_uid"][uid].name for uid, entries in seen.items() if entries}
     assert len(seen) == len(shapes) and kept == {"claims", "inline-nfs", "inline-csi"}
+
+
+def test_the_first_list_files_each_page_as_it_comes_and_a_list_begun_again_replaces_what_it_filed(
+        cluster, unique, monkeypatch):
+    """The first list of PVs, two a page, files each page before reading the next (nothing whole is claimed: synced
+    only after the last); its connection breaks on the second page, and the list begun again ends with exactly what
+    one whole list files, each PV told to the listeners once."""
+    client = api_client(str(cluster.kubeconfig))
+    core = kubernetes.client.CoreV1Api(client)
+    names = [f"mw-pages-{unique}-{n}" for n in range(5)]
+    for name in names:
+        core.create_persistent_volume({
+            "metadata": {"name": name},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
+                     "storageClassName": f"pages-{unique}-v1", "claimRef": {"namespace": "default", "name": name},
+                     "nfs": {"server": "nas", "path": f"/{name}"}}})
+    monkeypatch.setattr(watches, "PAGE_SIZE", 2)
+    monkeypatch.setattr(watches, "RETRY_SECONDS", 0.1)
+    volumes = cluster_watches(client).volumes
+    reduce_page = volumes.reduce_page
+    seen: list[tuple[int, bool]] = []  # (objects filed, synced) as each page arrives
+
+    def breaking_once(data: bytes):
+        seen.append((len(volumes), volumes.synced.is_set()))
+        if len(seen) == 2:
+            raise ConnectionResetError("the connection broke on the second page")
+        return reduce_page(data)
+
+    volumes.reduce_page = breaking_once
+    told: list[str] = []
+    volumes.listeners.append(lambda uid, before, after: told.append(uid) if not before else None)
+    try:
+        volumes.start()
+        assert volumes.synced.wait(30)
+        # The first attempt filed its first page (two PVs, each filing something) before it read the second.
+        assert seen[:2] == [(0, False), (2, False)]
+        whole, _, _ = reduce_json_page(core.list_persistent_volume(_preload_content=False).data, volumes.reduce)
+        mine = {uid for uid, entries in whole.items() if entries.get("claims_by_volume", {}).keys() & set(names)}
+        assert len(mine) == len(names)
+        assert {uid: volumes.entries_of(uid) for uid in mine} == {uid: whole[uid] for uid in mine}
+        assert sorted(uid for uid in told if uid in mine) == sorted(mine)
+    finally:
+        volumes.stop()
+        for name in names:
+            core.delete_persistent_volume(name)
