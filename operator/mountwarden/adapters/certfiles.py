@@ -6,8 +6,8 @@ gives a mounted Secret; mountwarden.adapters.certs makes them (for ``--webhook-m
 The operator never imports `cryptography`: loading it costs some 10 MiB of resident memory (8.4 MiB for the modules
 the certificates need and 1.4 MiB more once a key is made, measured after the operator's other imports with
 /proc/self/status), which a process keeps for good, for work done once at its start. In a cluster the operator only
-checks that the chart mounted the files (``require``); locally ``make`` runs mountwarden.adapters.certs in a child
-process, which exits with what it loaded.
+checks that the chart mounted the files (``require``); locally, ``make`` (below) runs mountwarden.adapters.certs in a
+child process, which exits with what it loaded.
 """
 
 import subprocess
