@@ -923,15 +923,18 @@ def test_a_tick_handed_a_stale_view_of_its_profile_judges_from_the_stored_one_an
 
 
 def test_a_tick_keeps_only_the_pods_of_its_claims_reading_the_namespace_in_pages(kube, namespace, unique):
-    """A tick reads the pods of its claims' namespaces page by page, keeps those that mount one of its claims, and
-    of the others only their names (or none, when it is handed the operator's names)."""
+    """A tick reads the PVs and the pods of its claims' namespaces page by page, keeps those that mount one of its
+    claims, and of the others only their names (or none, when it is handed the operator's names)."""
     lineage = f"paged-{unique}-v1"
+    # Listed by name, in pages of one PV: the tick's own PV comes after the other's, so only a read of every page
+    # finds it.
+    pvs = {"theirs": f"pv-paged-{unique}-0", "mine": f"pv-paged-{unique}-1"}
     for claim, storage_class in (("mine", lineage), ("theirs", f"other-{unique}")):
-        prebound_claim(kube, namespace, claim, f"pv-paged-{unique}-{claim}", storage_class, STAGING,
+        prebound_claim(kube, namespace, claim, pvs[claim], storage_class, STAGING,
                        server="nfs.example", path=f"/{unique}/{claim}")
     try:
-        wait_for(lambda: all(kube.core.read_persistent_volume(f"pv-paged-{unique}-{claim}").status.phase == "Bound"
-                             for claim in ("mine", "theirs")), what="both PVs bound")
+        wait_for(lambda: all(kube.core.read_persistent_volume(pv).status.phase == "Bound" for pv in pvs.values()),
+                 what="both PVs bound")
         volumes = {"mine": [{"name": "d", "persistentVolumeClaim": {"claimName": "mine"}}],
                    "theirs": [{"name": "d", "persistentVolumeClaim": {"claimName": "theirs"}}],
                    "plain": [{"name": "d", "emptyDir": {}}]}
@@ -942,8 +945,8 @@ def test_a_tick_keeps_only_the_pods_of_its_claims_reading_the_namespace_in_pages
                 "containers": [{"name": "app", "image": "busybox"}], "volumes": volumes[volume]}})
             uids[name] = created.metadata.uid
 
-        world = ClusterWorkloads(kube.client, pod_page_size=2).read([lineage], with_reports=False)
-        assert [volume.name for volume in world.volumes] == [f"pv-paged-{unique}-mine"]
+        world = ClusterWorkloads(kube.client, pod_page_size=2, pv_page_size=1).read([lineage], with_reports=False)
+        assert [volume.name for volume in world.volumes] == [pvs["mine"]]
         assert sorted(pod.name for pod in world.pods) == ["mine-0", "mine-1", "mine-2"]  # three pages of two
         assert {name: world.pod_name_of(uid) for name, uid in uids.items()} == {
             "mine-0": None, "mine-1": None, "mine-2": None,  # kept whole, in world.pods
@@ -953,8 +956,8 @@ def test_a_tick_keeps_only_the_pods_of_its_claims_reading_the_namespace_in_pages
         world = ClusterWorkloads(kube.client, pod_page_size=2).read([lineage], with_reports=False, pod_name_of=given)
         assert sorted(pod.name for pod in world.pods) == ["mine-0", "mine-1", "mine-2"] and world.pod_name_of is given
     finally:
-        for claim in ("mine", "theirs"):
-            kube.core.delete_persistent_volume(f"pv-paged-{unique}-{claim}")
+        for pv in pvs.values():
+            kube.core.delete_persistent_volume(pv)
 
 
 def test_a_volume_changed_by_another_writer_after_the_read_is_re_read_and_nothing_it_wrote_is_lost(kube, namespace,

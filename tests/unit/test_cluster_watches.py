@@ -15,7 +15,7 @@ from mountwarden.adapters.pods import (
     rollout_pods_of_page,
 )
 from mountwarden.adapters.watches import ReducedWatch, reduce_json_page
-from mountwarden.adapters.workloads import slim_volumes
+from mountwarden.adapters.workloads import slim_volumes_of_page
 from mountwarden.core.adoption import CandidateVolume
 from mountwarden.core.networkstorage import NetworkVolume
 from mountwarden.core.rollout import Pod, Volume, WorkloadRef
@@ -273,7 +273,10 @@ ROLLOUT_PVS = [
 def test_a_rollouts_pv_list_keeps_every_field_its_readers_read(drivers):
     """The rollout keeps each PV slim: Volume, CandidateVolume and NetworkVolume must read from it what they read
     from the whole object."""
-    slim = slim_volumes(json.dumps({"kind": "PersistentVolumeList", "items": ROLLOUT_PVS}).encode())
+    slim, token = slim_volumes_of_page(json.dumps({"kind": "PersistentVolumeList", "metadata": {"continue": "next"},
+                                                   "items": ROLLOUT_PVS}).encode())
+    assert token == "next"
+    assert slim_volumes_of_page(b'{"kind": "PersistentVolumeList", "metadata": {}, "items": []}') == ([], None)
     assert [Volume.from_object(pv) for pv in slim] == [Volume.from_object(pv) for pv in ROLLOUT_PVS]
     assert [CandidateVolume.from_object(pv, drivers) for pv in slim] == [
         CandidateVolume.from_object(pv, drivers) for pv in ROLLOUT_PVS]

@@ -91,13 +91,15 @@ class _Pod(msgspec.Struct):
     spec: _Spec | None = None
 
 
-class _ListMetadata(msgspec.Struct):
+class ListMetadata(msgspec.Struct):
+    """A list's metadata as the API server sends it: what a paged reader needs."""
+
     resourceVersion: str = ""
     continue_token: str | None = msgspec.field(default=None, name="continue")
 
 
 class _PodList(msgspec.Struct):
-    metadata: _ListMetadata
+    metadata: ListMetadata
     items: list[_Pod] | None = None
 
 
@@ -162,7 +164,7 @@ class _RolloutPod(msgspec.Struct):
 
 
 class _RolloutPodList(msgspec.Struct):
-    metadata: _ListMetadata | None = None
+    metadata: ListMetadata | None = None
     items: list[_RolloutPod] | None = None
 
 

@@ -18,7 +18,7 @@ import msgspec
 from kubernetes.client import ApiClient, ApiException
 
 from mountwarden.adapters.kube import TransientApiError, transient_errors
-from mountwarden.adapters.pods import rollout_pods_of_page
+from mountwarden.adapters.pods import ListMetadata, rollout_pods_of_page
 from mountwarden.adapters.rest import Rest, path
 from mountwarden.api.base import GROUP, VERSION
 from mountwarden.api.nodemountreport import PLURAL as REPORTS
@@ -49,6 +49,9 @@ logger = logging.getLogger(__name__)
 #: JSON). Most namespaces are one page, so a tick makes no more requests than with one list; a namespace of
 #: 10,000 pods (bench/scale_100k.py) is five pages instead of one 35 MiB answer.
 POD_PAGE_SIZE = 2000
+#: PVs per page of a rollout's PV list: 5,000 PVs are 7.8 MB of JSON in one answer, held at once beside their
+#: decoding; a page of 1,000 is a fifth of that, for four more requests a tick at 5,000 PVs.
+PV_PAGE_SIZE = 1000
 #: Where the API serves each kind a rollout restarts, and each it reads: (apiVersion, plural).
 RESTARTED = {
     "Deployment": ("apps/v1", "deployments"),
@@ -141,15 +144,19 @@ class _PersistentVolume(msgspec.Struct, omit_defaults=True):
 
 
 class _VolumeList(msgspec.Struct):
+    metadata: ListMetadata | None = None
     items: list[_PersistentVolume] | None = None
 
 
 _VOLUME_LIST = msgspec.json.Decoder(_VolumeList)
 
 
-def slim_volumes(data: bytes) -> list[dict]:
-    """A PV list as the API server sent it, each PV with only the fields the rollout's readers read (wire form)."""
-    return [msgspec.to_builtins(pv) for pv in _VOLUME_LIST.decode(data).items or ()]
+def slim_volumes_of_page(data: bytes) -> tuple[list[dict], str | None]:
+    """A page of a PV list as the API server sent it, each PV with only the fields the rollout's readers read (wire
+    form), and the token of the next page (None at the last)."""
+    page = _VOLUME_LIST.decode(data)
+    token = page.metadata.continue_token if page.metadata else None
+    return [msgspec.to_builtins(pv) for pv in page.items or ()], token
 
 
 def _items(listed: Mapping, kind: str) -> list[dict]:
@@ -160,8 +167,10 @@ def _items(listed: Mapping, kind: str) -> list[dict]:
 class ClusterWorkloads:
     """One profile's rollout world, read from the cluster, and the writes that move it on."""
 
-    def __init__(self, client: ApiClient, *, pod_page_size: int = POD_PAGE_SIZE) -> None:
+    def __init__(self, client: ApiClient, *, pod_page_size: int = POD_PAGE_SIZE, pv_page_size: int = PV_PAGE_SIZE,
+                 ) -> None:
         self.pod_page_size = pod_page_size
+        self.pv_page_size = pv_page_size
         self.rest = Rest(client)
 
     def read(self, lineage: Collection[str], *, with_reports: bool,
@@ -172,11 +181,7 @@ class ClusterWorkloads:
 
         ``pod_name_of`` names the other pods that may hold a mount (the operator's PodPlacements.name_of); without
         it, the names of every other pod listed are kept."""
-        with transient_errors():
-            pvs = slim_volumes(self.rest.raw("GET", path("v1", "persistentvolumes")))
-        picked = set(also(pvs)) if also is not None else set()
-        volumes = tuple(Volume.from_object(pv) for pv in pvs if (pv.get("spec") or {}).get("storageClassName")
-                        in lineage or pv["metadata"]["name"] in picked)
+        volumes = self._volumes(lineage, also)
         pods: list[Pod] = []
         workloads: list[Workload] = []
         parents: dict[WorkloadRef, WorkloadRef | None] = {}
@@ -197,6 +202,23 @@ class ClusterWorkloads:
         reports = self._reports() if with_reports and volumes else {}
         return World(volumes, tuple(pods), tuple(workloads), parents, tuple(autoscalers), reports, tuple(budgets),
                      pod_name_of=names.get if names is not None else pod_name_of)
+
+    def _volumes(self, lineage: Collection[str], also: Callable[[Sequence[Mapping]], Collection[str]] | None,
+                 ) -> tuple[Volume, ...]:
+        """The PVs of the classes in ``lineage`` and those ``also`` picks. Every PV is listed (slim, some 2 KiB each
+        at 5,000: 7 to 10 MiB), and let go here, before the namespaces' pod pages are read."""
+        pvs: list[dict] = []
+        token = None
+        while True:
+            with transient_errors():
+                page, token = slim_volumes_of_page(self.rest.raw(
+                    "GET", path("v1", "persistentvolumes"), query={"limit": self.pv_page_size, "continue": token}))
+            pvs.extend(page)
+            if not token:
+                break
+        picked = set(also(pvs)) if also is not None else set()
+        return tuple(Volume.from_object(pv) for pv in pvs if (pv.get("spec") or {}).get("storageClassName")
+                     in lineage or pv["metadata"]["name"] in picked)
 
     def _mounting(self, namespace: str, claims: AbstractSet[str], names: dict[str, str] | None) -> list[Pod]:
         """The namespace's pods that mount one of ``claims``, listed in pages; the names of the others in ``names``.
