@@ -205,20 +205,24 @@ class ClusterWorkloads:
 
     def _volumes(self, lineage: Collection[str], also: Callable[[Sequence[Mapping]], Collection[str]] | None,
                  ) -> tuple[Volume, ...]:
-        """The PVs of the classes in ``lineage`` and those ``also`` picks. Every PV is listed (slim, some 2 KiB each
-        at 5,000: 7 to 10 MiB), and let go here, before the namespaces' pod pages are read."""
+        """The PVs of the classes in ``lineage`` and those ``also`` picks, listed in pages. Without ``also`` only
+        the lineage's PVs are kept from each page; ``also`` is handed every PV (slim, some 2 KiB each: 7 to 10 MiB
+        at 5,000), let go here, before the namespaces' pod pages are read."""
+
+        def in_lineage(pv: Mapping) -> bool:
+            return (pv.get("spec") or {}).get("storageClassName") in lineage
+
         pvs: list[dict] = []
         token = None
         while True:
             with transient_errors():
                 page, token = slim_volumes_of_page(self.rest.raw(
                     "GET", path("v1", "persistentvolumes"), query={"limit": self.pv_page_size, "continue": token}))
-            pvs.extend(page)
+            pvs.extend(page if also is not None else filter(in_lineage, page))
             if not token:
                 break
         picked = set(also(pvs)) if also is not None else set()
-        return tuple(Volume.from_object(pv) for pv in pvs if (pv.get("spec") or {}).get("storageClassName")
-                     in lineage or pv["metadata"]["name"] in picked)
+        return tuple(Volume.from_object(pv) for pv in pvs if in_lineage(pv) or pv["metadata"]["name"] in picked)
 
     def _mounting(self, namespace: str, claims: AbstractSet[str], names: dict[str, str] | None) -> list[Pod]:
         """The namespace's pods that mount one of ``claims``, listed in pages; the names of the others in ``names``.
