@@ -10,6 +10,7 @@ objects themselves, without the operator.
 
 import itertools
 import json
+import math
 from collections.abc import Callable, Iterable
 from datetime import datetime
 
@@ -145,27 +146,51 @@ def _within_budget(spec: dict, volumes: Callable[[], Iterable[dict]]) -> dict:
     The size is summed item by item, never taken with one json.dumps of the whole spec: at 20,000 pods that is
     6.6 MB of JSON, and the C encoder holds the GIL throughout (50 ms here, several times a pass), so every other
     thread waited, the webhook's event loop included (bench/results/scale_webhook_profile.txt, run F). Volumes are
-    sized as ``volumes()`` makes them, each dropped once sized: only the ones kept are made again.
+    sized as ``volumes()`` makes them, each dropped once sized: only the ones kept are made again. Each list is
+    sized only until it alone passes the budget: no longer prefix of it can fit, so the rest are counted, not
+    encoded (at 20,000 pods every volume was encoded twice on every pass: 351 of 970 busy samples of the operator in
+    40 s of py-spy under bench/scale.py's load, 11 since).
     """
     findings = list(spec["findings"])
-    rest = _encoded_size({**spec, "volumes": [], "findings": []})
-    finding_sizes = [_encoded_size(finding) for finding in findings]
-    full_sizes, bare_sizes = [], []  # each volume with its pods' effective options, and without
+    room = SPEC_BUDGET - _encoded_size({**spec, "volumes": [], "findings": []})
+    findings_sized = _SizedList()
+    for finding in findings:
+        if findings_sized.extra > room:
+            break
+        findings_sized.add(_encoded_size(finding))
+    findings_extra = findings_sized.extra if len(findings_sized.sizes) == len(findings) else math.inf
+    full, bare = _SizedList(), _SizedList()  # each volume with its pods' effective options, and without
+    count = 0
     for volume in volumes():
-        full_sizes.append(_encoded_size(volume))
-        bare_sizes.append(_encoded_size(_without_effective_options(volume)))
-    if rest + _list_extra(full_sizes) + _list_extra(finding_sizes) <= SPEC_BUDGET:
+        count += 1
+        if len(full.sizes) == count - 1 and full.extra + findings_extra <= room:
+            full.add(_encoded_size(volume))
+        if bare.extra <= room:
+            bare.add(_encoded_size(_without_effective_options(volume)))
+    if len(full.sizes) == count and full.extra + findings_extra <= room:
         return {**spec, "volumes": list(volumes())}
-    volumes_to, findings_to = _prefix_sums(bare_sizes), _prefix_sums(finding_sizes)
-    kept_volumes, kept_findings = len(bare_sizes), len(findings)
-    while (rest + _list_extra_of(volumes_to, kept_volumes) + _list_extra_of(findings_to, kept_findings) > SPEC_BUDGET
+    volumes_to, findings_to = _prefix_sums(bare.sizes), _prefix_sums(findings_sized.sizes)
+    kept_volumes, kept_findings = count, len(findings)
+    while (_list_extra_of(volumes_to, kept_volumes) + _list_extra_of(findings_to, kept_findings) > room
            and (kept_volumes or kept_findings)):
         kept_volumes, kept_findings = kept_volumes * 3 // 4, kept_findings * 3 // 4
     kept = [_without_effective_options(volume) for volume in itertools.islice(volumes(), kept_volumes)]
     return {**spec, "volumes": kept, "findings": findings[:kept_findings],
-            "omitted": (f"{len(bare_sizes) - kept_volumes} volumes, {len(findings) - kept_findings} findings and "
+            "omitted": (f"{count - kept_volumes} volumes, {len(findings) - kept_findings} findings and "
                         "every pod's effective options left out to fit one object: `mountwarden inventory --json` "
                         "lists them all")}
+
+
+class _SizedList:
+    """The sizes of a JSON list's first items, and what they add to an empty list (kept as they are added)."""
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+        self.extra = 0
+
+    def add(self, size: int) -> None:
+        self.extra += size + (2 if self.sizes else 0)  # ", " between each two
+        self.sizes.append(size)
 
 
 def _without_effective_options(volume: dict) -> dict:
@@ -183,10 +208,9 @@ def _prefix_sums(sizes) -> list[int]:
     return sums
 
 
-def _list_extra_of(prefix_sums: list[int], count: int) -> int:
-    """What the first ``count`` items add to an empty JSON list: themselves and a ", " between each two."""
+def _list_extra_of(prefix_sums: list[int], count: int) -> float:
+    """What the first ``count`` items add to an empty JSON list: themselves and a ", " between each two; more than
+    any budget past the items sized (sizing stopped once they passed it)."""
+    if count >= len(prefix_sums):
+        return math.inf
     return prefix_sums[count] + 2 * (count - 1) if count else 0
-
-
-def _list_extra(sizes: list[int]) -> int:
-    return sum(sizes) + 2 * (len(sizes) - 1) if sizes else 0
