@@ -1,32 +1,41 @@
-"""PVC creates through one API server: with no webhook, through a do-nothing webhook, through mountwarden's.
+"""PVC creates through one API server: with no webhook, through do-nothing webhooks, through mountwarden's.
 
 The floor a webhook is measured against is not zero: any validating webhook costs the API
 server a TLS request, JSON both ways and the wait. bench/nullwebhook is that floor (Go, the
-standard library, allows everything). Each side gets a namespace of its own on the same API
-server, and the creates are interleaved one by one, rotating which side goes first, so that
-all three see the same server, etcd and machine load:
+standard library, allows everything); bench/pythonnull.py is the same webhook on the stack
+mountwarden's is served with (aiohttp and Python's TLS, as kopf's WebhookServer), in a process
+of its own: what answering in Python at all costs. Each side gets a namespace of its own on the
+same API server, and the creates are interleaved one by one, rotating which side goes first, so
+that all of them see the same server, etcd and machine load:
 
-- none: kube-system, which mountwarden's webhook always leaves out and the null one does not select;
+- none: kube-system, which mountwarden's webhook always leaves out and the null ones do not select;
 - null: a namespace the null webhook's configuration selects, given to the operator as its own
   (--namespace), which its webhook therefore leaves out;
+- python_null (where a benchmark runs it): a namespace the Python null webhook selects, one the
+  operator is told to leave out (--exempt-namespace);
 - mountwarden: any other namespace.
 
 Figures: p50/p99 of each side, the latency each webhook adds over none, and
 webhook_added_p50_vs_null / webhook_added_p99_vs_null: mountwarden's added latency divided by
-the null webhook's (1.0: no costlier than doing nothing).
+the null webhook's (1.0: no costlier than doing nothing); python_null_added_p50_vs_null and
+_p99_: the Python null webhook's, divided the same way (the floor for any webhook in Python).
 """
 
 import contextlib
 import math
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 NULL_CONFIGURATION = "mountwarden-bench-null-webhook"
+PYTHON_NULL_CONFIGURATION = "mountwarden-bench-python-null-webhook"
 NONE_NAMESPACE = "kube-system"
 SIDES = ("none", "null", "mountwarden")
+#: The webhooks whose added latency is divided by the null webhook's: mountwarden's, and the Python floor where run.
+RATIOS = {"mountwarden": "webhook", "python_null": "python_null"}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -43,26 +52,42 @@ def build_null_webhook(out_dir: Path) -> Path:
 
 @contextlib.contextmanager
 def null_webhook(client, namespace: str, workdir: Path) -> Iterator[str]:
-    """Serve and register the null webhook for PVC creates in ``namespace``; yields its address."""
+    """Serve and register the Go null webhook for PVC creates in ``namespace``; yields its address."""
+    with _serving("null", [str(build_null_webhook(workdir)), "-listen", "127.0.0.1:0"], client, namespace,
+                  workdir, NULL_CONFIGURATION) as address:
+        yield address
+
+
+@contextlib.contextmanager
+def python_null_webhook(client, namespace: str, workdir: Path) -> Iterator[str]:
+    """Serve and register the Python null webhook (bench/pythonnull.py) for PVC creates in ``namespace``."""
+    with _serving("python-null", [sys.executable, str(ROOT / "bench" / "pythonnull.py")], client, namespace,
+                  workdir, PYTHON_NULL_CONFIGURATION, certificate_args=False) as address:
+        yield address
+
+
+@contextlib.contextmanager
+def _serving(name: str, command: list[str], client, namespace: str, workdir: Path, configuration: str,
+             certificate_args: bool = True) -> Iterator[str]:
     import kubernetes
 
     from mountwarden.adapters import certs
 
-    binary = build_null_webhook(workdir)
-    certificate = certs.issue(workdir / "null-webhook-certs", ["127.0.0.1"])
-    process = subprocess.Popen([str(binary), "-listen", "127.0.0.1:0", "-cert", str(certificate.cert),
-                                "-key", str(certificate.key)], stdout=subprocess.PIPE, text=True)
+    certificate = certs.issue(workdir / f"{name}-webhook-certs", ["127.0.0.1"])
+    tls = (["-cert", str(certificate.cert), "-key", str(certificate.key)] if certificate_args
+           else [str(certificate.cert), str(certificate.key)])
+    process = subprocess.Popen([*command, *tls], stdout=subprocess.PIPE, text=True)
     admission = kubernetes.client.AdmissionregistrationV1Api(client)
     try:
         assert process.stdout is not None
         address = process.stdout.readline().strip().removeprefix("listening on ")
         if not address:
-            raise RuntimeError("the null webhook did not start")
+            raise RuntimeError(f"the {name} webhook did not start")
         # As mountwarden's PVC webhook is registered (adapters/webhookconfig.py), but for one namespace.
         admission.create_validating_webhook_configuration({
-            "metadata": {"name": NULL_CONFIGURATION},
+            "metadata": {"name": configuration},
             "webhooks": [{
-                "name": "null.bench.mountwarden.io",
+                "name": f"{name}.bench.mountwarden.io",
                 "clientConfig": {"url": f"https://{address}/", "caBundle": _base64(certificate.ca.read_bytes())},
                 "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["persistentvolumeclaims"],
                            "operations": ["CREATE"], "scope": "Namespaced"}],
@@ -75,7 +100,7 @@ def null_webhook(client, namespace: str, workdir: Path) -> Iterator[str]:
         yield address
     finally:
         with contextlib.suppress(kubernetes.client.ApiException):
-            admission.delete_validating_webhook_configuration(NULL_CONFIGURATION)
+            admission.delete_validating_webhook_configuration(configuration)
         process.terminate()
         process.wait(timeout=10)
 
@@ -124,18 +149,21 @@ def delete_claims(core, namespace: str, prefix: str) -> None:
 
 
 def figures(timings: dict[str, list[float]], prefix: str = "") -> dict:
-    """p50/p99 per side, what each webhook adds over none, and mountwarden's added over the null webhook's."""
+    """p50/p99 per side, what each webhook adds over none, and each added latency over the null webhook's."""
     result: dict = {f"{prefix}creates_each": len(timings["none"])}
-    ms = {side: {q: percentile(timings[side], q) * 1000 for q in (0.5, 0.99)} for side in SIDES}
-    for side in SIDES:
+    sides = [side for side in (*SIDES, "python_null") if side in timings]
+    ms = {side: {q: percentile(timings[side], q) * 1000 for q in (0.5, 0.99)} for side in sides}
+    for side in sides:
         result[f"{prefix}{side}_p50_ms"] = round(ms[side][0.5], 3)
         result[f"{prefix}{side}_p99_ms"] = round(ms[side][0.99], 3)
     for q, name in ((0.5, "p50"), (0.99, "p99")):
         null_added = ms["null"][q] - ms["none"][q]
-        mountwarden_added = ms["mountwarden"][q] - ms["none"][q]
         result[f"{prefix}null_added_{name}_ms"] = round(null_added, 3)
-        result[f"{prefix}mountwarden_added_{name}_ms"] = round(mountwarden_added, 3)
-        # A null webhook that adds nothing measurable leaves no ratio to speak of.
-        result[f"{prefix}webhook_added_{name}_vs_null"] = (round(mountwarden_added / null_added, 3)
-                                                          if null_added > 0.05 else None)
+        for side, key in RATIOS.items():
+            if side not in ms:
+                continue
+            added = ms[side][q] - ms["none"][q]
+            result[f"{prefix}{side}_added_{name}_ms"] = round(added, 3)
+            # A null webhook that adds nothing measurable leaves no ratio to speak of.
+            result[f"{prefix}{key}_added_{name}_vs_null"] = round(added / null_added, 3) if null_added > 0.05 else None
     return result

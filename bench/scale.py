@@ -18,8 +18,9 @@ starts as users run it (a separate process, its HTTP requests counted at the tra
   number: one PATCH per PV, the new StorageClass (POST), the old one marked superseded (PATCH),
   the profile's status with the new version (PATCH) and its rollout's (PATCH): --touched + 4.
   Everything else a change needs to know is in the watches the operator holds already;
-- the webhook under this load: PVC creates with no webhook, through the null webhook and through
-  mountwarden's, interleaved (bench/admission.py): under_load_* figures.
+- the webhook under this load: PVC creates with no webhook, through the null webhook (Go), through the
+  Python null webhook (bench/pythonnull.py, a process of its own: the floor of answering in Python) and
+  through mountwarden's, interleaved (bench/admission.py): under_load_* figures.
 
 With --memory-profile, the operator's memory over time and what it holds near its peak
 (bench/memprofile.py). With --webhook-profile, a per-request trace of the operator during the
@@ -50,6 +51,8 @@ RESULTS = ROOT / "bench" / "results"
 NAMESPACES = 10
 #: The operator's own namespace, which its webhook leaves out: the null webhook's PVCs go there.
 NULL_NAMESPACE = "scale-null"
+#: The Python null webhook's PVCs: the operator is told to leave it out (--exempt-namespace).
+PYTHON_NULL_NAMESPACE = "scale-python-null"
 #: Beyond one PATCH per PV: the new class, the old one superseded, the profile's status, its rollout's.
 MINIMAL_CHANGE_WRITES = 4
 
@@ -167,7 +170,8 @@ def run(args, kubeconfig: str, workdir: Path) -> dict:
     if args.webhook_profile:
         os.environ[TRACE_ENV] = str(trace_path)
     operator = Operator(kubeconfig, 30.0, workdir,
-                        extra_args=("--webhook-mode", "local", "--namespace", NULL_NAMESPACE))
+                        extra_args=("--webhook-mode", "local", "--namespace", NULL_NAMESPACE,
+                                    "--exempt-namespace", PYTHON_NULL_NAMESPACE))
     rss = PeakRss(operator.process.pid)
     started = time.monotonic()
     custom.create_cluster_custom_object(GROUP, VERSION, "storageprofiles", profile("scale-probe", "cached"))
@@ -200,11 +204,13 @@ def run(args, kubeconfig: str, workdir: Path) -> dict:
         if len(patched) != len(touched):
             raise RuntimeError(f"the rollout is Complete with {len(patched)} of {len(touched)} PVs patched")
 
-        namespaces = {"none": admission.NONE_NAMESPACE, "null": NULL_NAMESPACE, "mountwarden": "scale-webhook"}
-        for namespace in (NULL_NAMESPACE, "scale-webhook"):
+        namespaces = {"none": admission.NONE_NAMESPACE, "null": NULL_NAMESPACE,
+                      "python_null": PYTHON_NULL_NAMESPACE, "mountwarden": "scale-webhook"}
+        for namespace in (NULL_NAMESPACE, PYTHON_NULL_NAMESPACE, "scale-webhook"):
             core.create_namespace({"metadata": {"name": namespace}})
         creates: list[dict] = []
-        with admission.null_webhook(api, NULL_NAMESPACE, workdir):
+        with (admission.null_webhook(api, NULL_NAMESPACE, workdir),
+              admission.python_null_webhook(api, PYTHON_NULL_NAMESPACE, workdir)):
             operator.start_profiles()
             histograms = webhooktrace.webhook_histograms(api) if args.webhook_profile else {}
             timings = admission.interleaved(

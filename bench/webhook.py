@@ -8,7 +8,8 @@
    PVCs: a consumer on its class, on a superseded class, on an ungoverned NFS class,
    SQLite, no class at all. Pure CPU: no I/O on this path.
 2. End to end: PVC creates through the real API server with no webhook, through the null
-   webhook (bench/nullwebhook: Go, allows everything) and through mountwarden's,
+   webhook (bench/nullwebhook: Go, allows everything), through the same in Python
+   (bench/pythonnull.py: aiohttp, a process of its own) and through mountwarden's,
    interleaved one by one in the same run (bench/admission.py), with --cluster-classes
    StorageClasses in the cluster and so in the operator's indexes. The operator runs as
    users run it (`mountwarden operator`, local webhook mode). Without --kubeconfig a local
@@ -17,7 +18,8 @@
 Figures, in bench/results/webhook.json: handler_p50_ms/handler_p99_ms (PVC),
 profile_handler_p50_ms/profile_handler_p99_ms, and for the creates each side's p50/p99,
 what each webhook adds over none, and webhook_added_p50_vs_null/webhook_added_p99_vs_null
-(mountwarden's added latency over the null webhook's; the goal is <= 1.5).
+(mountwarden's added latency over the null webhook's; the goal is <= 1.5), and
+python_null_added_p50_vs_null/_p99_ (the Python null webhook's, divided the same way: the floor in Python).
 No figure is asserted anywhere: this script measures, the reader judges.
 """
 
@@ -207,8 +209,9 @@ def end_to_end(kubeconfig: str, creates: int, classes: int, workdir: Path, cpu_p
     storage = kubernetes.client.StorageV1Api(client)
     custom = kubernetes.client.CustomObjectsApi(client)
     install_crds(client)
-    namespaces = {"none": admission.NONE_NAMESPACE, "null": f"{RUN}-null", "mountwarden": f"{RUN}-with"}
-    for name in (namespaces["null"], namespaces["mountwarden"]):
+    namespaces = {"none": admission.NONE_NAMESPACE, "null": f"{RUN}-null", "python_null": f"{RUN}-python-null",
+                  "mountwarden": f"{RUN}-with"}
+    for name in (namespaces["null"], namespaces["python_null"], namespaces["mountwarden"]):
         core.create_namespace({"metadata": {"name": name, "labels": {"team": RUN}}})
     storage.create_storage_class({"metadata": {"name": PROBE_CLASS}, "provisioner": NFS})
     started = time.monotonic()
@@ -223,7 +226,8 @@ def end_to_end(kubeconfig: str, creates: int, classes: int, workdir: Path, cpu_p
     if cpu_profile:
         os.environ[CPUPROFILE_ENV] = str(cpu_profile.resolve())
     operator = Operator(kubeconfig, 30.0, workdir, extra_args=("--webhook-mode", "local", "--namespace",
-                                                               namespaces["null"]))
+                                                               namespaces["null"], "--exempt-namespace",
+                                                               namespaces["python_null"]))
     try:
         wait(lambda: all(((custom.get_cluster_custom_object(GROUP, VERSION, "storageprofiles", n).get("status") or {})
                           .get("storageClassName")) for n in profiles), "the profiles reconciled", timeout=600)
@@ -236,7 +240,8 @@ def end_to_end(kubeconfig: str, creates: int, classes: int, workdir: Path, cpu_p
             storage_class = profiles[i % len(profiles)] + "-v1" if i % 3 else PROBE_CLASS
             return admission.pvc("pvc", storage_class, {"app": f"app-{i % len(profiles)}"})
 
-        with admission.null_webhook(client, namespaces["null"], workdir):
+        with (admission.null_webhook(client, namespaces["null"], workdir),
+              admission.python_null_webhook(client, namespaces["python_null"], workdir)):
             operator.start_profiles()
             timings = admission.interleaved(core, namespaces, creates, claim)
             operator.counts()
@@ -244,7 +249,7 @@ def end_to_end(kubeconfig: str, creates: int, classes: int, workdir: Path, cpu_p
     finally:
         operator.stop()
         admission.delete_claims(core, admission.NONE_NAMESPACE, "pvc-")
-        for name in (namespaces["null"], namespaces["mountwarden"]):
+        for name in (namespaces["null"], namespaces["python_null"], namespaces["mountwarden"]):
             core.delete_namespace(name)
         for name in profiles:
             custom.delete_cluster_custom_object(GROUP, VERSION, "storageprofiles", name)
