@@ -189,7 +189,7 @@ def _rollout_pod(pod: _RolloutPod) -> Pod:
     )
 
 
-def rollout_pods_of_page(data: bytes) -> tuple[list[Pod], str | None]:
+def rollout_pods_of_page(data: bytes | bytearray) -> tuple[list[Pod], str | None]:
     """A page of a pod list as the API server sent it, each pod as a rollout reads it (core.rollout.Pod), and the
     token of the next page (None at the last)."""
     page = _ROLLOUT_POD_LIST.decode(data)
@@ -201,7 +201,7 @@ def placement(pod: Mapping) -> PodPlacement | None:
     return _placement_of(msgspec.convert(pod, _Pod))
 
 
-def placements_of_list(data: bytes) -> list[PodPlacement]:
+def placements_of_list(data: bytes | bytearray) -> list[PodPlacement]:
     """The placements of the pods of a whole pod list, as the API server sent it (those kept of something)."""
     return [found for pod in _POD_LIST.decode(data).items or () if (found := _placement_of(pod)) is not None]
 
@@ -218,7 +218,7 @@ def pod_entries(pod: Mapping) -> Entries:
     return placement_entries(placement(pod))
 
 
-def pod_page_entries(data: bytes) -> ReducedPage:
+def pod_page_entries(data: bytes | bytearray) -> ReducedPage:
     """What a page of a pod list files, by UID (the pods' list is decoded this way, not through ``pod_entries``)."""
     page = _POD_LIST.decode(data)
     entries = {pod.metadata.uid: placement_entries(_placement_of(pod)) for pod in page.items or ()}

@@ -45,10 +45,10 @@ Listener = Callable[[str, Entries, Entries], None]
 #: A page of a list, reduced: what each object files by UID, the continue token and the resourceVersion.
 ReducedPage = tuple[dict[str, Entries], str | None, str]
 #: Reduces a page of a list from the bytes the API server sent.
-PageReducer = Callable[[bytes], ReducedPage]
+PageReducer = Callable[[bytes | bytearray], ReducedPage]
 
 
-def reduce_json_page(data: bytes, reduce: Reducer) -> ReducedPage:
+def reduce_json_page(data: bytes | bytearray, reduce: Reducer) -> ReducedPage:
     """A page decoded whole, each object handed to ``reduce``: for resources whose objects are few or small."""
     page = json.loads(data)
     metadata = page.get("metadata") or {}

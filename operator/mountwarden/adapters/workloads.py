@@ -151,7 +151,7 @@ class _VolumeList(msgspec.Struct):
 _VOLUME_LIST = msgspec.json.Decoder(_VolumeList)
 
 
-def slim_volumes_of_page(data: bytes) -> tuple[list[dict], str | None]:
+def slim_volumes_of_page(data: bytes | bytearray) -> tuple[list[dict], str | None]:
     """A page of a PV list as the API server sent it, each PV with only the fields the rollout's readers read (wire
     form), and the token of the next page (None at the last)."""
     page = _VOLUME_LIST.decode(data)
