@@ -53,8 +53,8 @@ def build_null_webhook(out_dir: Path) -> Path:
 @contextlib.contextmanager
 def null_webhook(client, namespace: str, workdir: Path) -> Iterator[str]:
     """Serve and register the Go null webhook for PVC creates in ``namespace``; yields its address."""
-    with _serving("null", [str(build_null_webhook(workdir)), "-listen", "127.0.0.1:0"], client, namespace,
-                  workdir, NULL_CONFIGURATION) as address:
+    with _serving("null", [str(build_null_webhook(workdir))], client, namespace, workdir,
+                  NULL_CONFIGURATION) as address:
         yield address
 
 
@@ -62,21 +62,21 @@ def null_webhook(client, namespace: str, workdir: Path) -> Iterator[str]:
 def python_null_webhook(client, namespace: str, workdir: Path) -> Iterator[str]:
     """Serve and register the Python null webhook (bench/pythonnull.py) for PVC creates in ``namespace``."""
     with _serving("python-null", [sys.executable, str(ROOT / "bench" / "pythonnull.py")], client, namespace,
-                  workdir, PYTHON_NULL_CONFIGURATION, certificate_args=False) as address:
+                  workdir, PYTHON_NULL_CONFIGURATION) as address:
         yield address
 
 
 @contextlib.contextmanager
-def _serving(name: str, command: list[str], client, namespace: str, workdir: Path, configuration: str,
-             certificate_args: bool = True) -> Iterator[str]:
+def _serving(name: str, command: list[str], client, namespace: str, workdir: Path,
+             configuration: str) -> Iterator[str]:
+    """Start ``command`` (it takes bench/nullwebhook's arguments), register it for ``namespace``; yield its address."""
     import kubernetes
 
     from mountwarden.adapters import certs
 
     certificate = certs.issue(workdir / f"{name}-webhook-certs", ["127.0.0.1"])
-    tls = (["-cert", str(certificate.cert), "-key", str(certificate.key)] if certificate_args
-           else [str(certificate.cert), str(certificate.key)])
-    process = subprocess.Popen([*command, *tls], stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen([*command, "-listen", "127.0.0.1:0", "-cert", str(certificate.cert),
+                                "-key", str(certificate.key)], stdout=subprocess.PIPE, text=True)
     admission = kubernetes.client.AdmissionregistrationV1Api(client)
     try:
         assert process.stdout is not None
