@@ -158,20 +158,19 @@ def _within_budget(spec: dict, volumes: Callable[[], Iterable[dict]]) -> dict:
         if findings_sized.extra > room:
             break
         findings_sized.add(_encoded_size(finding))
-    findings_extra = findings_sized.extra if len(findings_sized.sizes) == len(findings) else math.inf
+    findings_extra = findings_sized.extra if findings_sized.sizes_count == len(findings) else math.inf
     full, bare = _SizedList(), _SizedList()  # each volume with its pods' effective options, and without
     count = 0
     for volume in volumes():
         count += 1
-        if len(full.sizes) == count - 1 and full.extra + findings_extra <= room:
+        if full.sizes_count == count - 1 and full.extra + findings_extra <= room:
             full.add(_encoded_size(volume))
         if bare.extra <= room:
             bare.add(_encoded_size(_without_effective_options(volume)))
-    if len(full.sizes) == count and full.extra + findings_extra <= room:
+    if full.sizes_count == count and full.extra + findings_extra <= room:
         return {**spec, "volumes": list(volumes())}
-    volumes_to, findings_to = _prefix_sums(bare.sizes), _prefix_sums(findings_sized.sizes)
     kept_volumes, kept_findings = count, len(findings)
-    while (_list_extra_of(volumes_to, kept_volumes) + _list_extra_of(findings_to, kept_findings) > room
+    while (bare.extra_of(kept_volumes) + findings_sized.extra_of(kept_findings) > room
            and (kept_volumes or kept_findings)):
         kept_volumes, kept_findings = kept_volumes * 3 // 4, kept_findings * 3 // 4
     kept = [_without_effective_options(volume) for volume in itertools.islice(volumes(), kept_volumes)]
@@ -182,15 +181,28 @@ def _within_budget(spec: dict, volumes: Callable[[], Iterable[dict]]) -> dict:
 
 
 class _SizedList:
-    """The sizes of a JSON list's first items, and what they add to an empty list (kept as they are added)."""
+    """The sizes of a JSON list's first items, summed as they are added."""
 
     def __init__(self) -> None:
-        self.sizes: list[int] = []
-        self.extra = 0
+        self.sums = [0]  # the first n items' sizes, for each n
+
+    @property
+    def sizes_count(self) -> int:
+        return len(self.sums) - 1
+
+    @property
+    def extra(self) -> float:
+        return self.extra_of(self.sizes_count)
 
     def add(self, size: int) -> None:
-        self.extra += size + (2 if self.sizes else 0)  # ", " between each two
-        self.sizes.append(size)
+        self.sums.append(self.sums[-1] + size)
+
+    def extra_of(self, count: int) -> float:
+        """What the first ``count`` items add to an empty JSON list: themselves and a ", " between each two; more
+        than any budget past the items sized (sizing stopped once they passed it)."""
+        if count > self.sizes_count:
+            return math.inf
+        return self.sums[count] + 2 * (count - 1) if count else 0
 
 
 def _without_effective_options(volume: dict) -> dict:
@@ -199,18 +211,3 @@ def _without_effective_options(volume: dict) -> dict:
 
 def _encoded_size(value) -> int:
     return len(json.dumps(value))
-
-
-def _prefix_sums(sizes) -> list[int]:
-    sums = [0]
-    for size in sizes:
-        sums.append(sums[-1] + size)
-    return sums
-
-
-def _list_extra_of(prefix_sums: list[int], count: int) -> float:
-    """What the first ``count`` items add to an empty JSON list: themselves and a ", " between each two; more than
-    any budget past the items sized (sizing stopped once they passed it)."""
-    if count >= len(prefix_sums):
-        return math.inf
-    return prefix_sums[count] + 2 * (count - 1) if count else 0
