@@ -157,8 +157,14 @@ def run(args, kubeconfig: str, workdir: Path) -> dict:
     # the cluster again for each, so the requests it counts are not the change's own. It marks the claims Bound after
     # their PVs: an operator started between the two lists the cluster beside those writes (its log at the start once
     # said "following ... 1994 unbound claims"), so its Ready time was partly the controller's.
-    # Its pace falls as the cluster grows: 5,000 PVs bound in about 2 minutes, 25,000 (bench/scale_100k.py) not in
-    # 15, so the wait allows a fifth of a second per PV.
+    # Its pace falls as the cluster grows: 5,000 PVs bound in about 2 minutes, 25,000 (bench/scale_100k.py) in 26,
+    # so the wait allows a fifth of a second per PV. The loader binding each pair itself (the claims first, each PV's
+    # claimRef with its claim's UID, then the PV's phase, the claim's bind-completed annotation and status, 24 at a
+    # time) was tried on 2026-12-07 and not kept: it bound 25,000 pairs in 500 s, but the cluster was not settled when
+    # the operator started. kwok was still marking pods Running (12,607 of 20,000 Pending when every pair was Bound)
+    # and kube-controller-manager still at work on them, and Ready took 8.8 s among 20,000 pods (3.3 after this wait)
+    # and 51.4 s among 100,000 (18.3); waiting for every pod Running as well brought it to 5.7 s, not 3.3. The
+    # controller's long bind is also the time the rest of the cluster needs to settle.
     started = time.monotonic()
     wait(lambda: min(bound(core)) >= args.pvs, f"the PV controller to bind the {args.pvs} PVs and claims",
          timeout=max(900.0, args.pvs * 0.2), interval=2)
