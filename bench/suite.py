@@ -79,6 +79,12 @@ def source_of(name: str, cmdline: list[str]) -> str:
     return "other"
 
 
+def _elapsed_core_seconds(times) -> float:
+    # Linux counts a KVM guest's time in user and nice as well as in guest and guest_nice (proc(5)): summed whole, a
+    # run with KVM guests would have more core seconds than the cores had. psutil's cpu_percent leaves them out too.
+    return sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
+
+
 class CpuBySource:
     """Every process's CPU seconds while the suite runs, added up by source_of, and the cores' busy fraction."""
 
@@ -105,6 +111,7 @@ class CpuBySource:
             self._sample(count=True)
 
     def _sample(self, *, count: bool) -> None:
+        seen: dict[tuple[int, float], float] = {}
         for process in psutil.process_iter(["name", "cmdline", "cpu_times", "create_time"]):
             info = process.info
             if info["cpu_times"] is None:  # gone, or not ours to read
@@ -114,11 +121,12 @@ class CpuBySource:
             if count:
                 source = source_of(info["name"] or "", info["cmdline"] or [])
                 self.seconds[source] = self.seconds.get(source, 0.0) + used - self._seen.get(key, 0.0)
-            self._seen[key] = used
+            seen[key] = used
+        self._seen = seen  # only the living: a suite starts tens of thousands of short processes
 
     def figures(self) -> dict:
         before, after = self._cores_before, self._cores_after
-        total = sum(after) - sum(before)
+        total = _elapsed_core_seconds(after) - _elapsed_core_seconds(before)
         idle = (after.idle - before.idle) + (after.iowait - before.iowait)
         busy = total - idle
         by_source = dict(sorted(self.seconds.items(), key=lambda item: -item[1]))
