@@ -108,3 +108,12 @@ def test_a_scan_that_must_report_at_once_samples_the_processes_once_and_sleeps_n
     full = by_volume(tracker.observe(scan))
     assert full["pv-a"].processes.samples == 1 + 5  # merged over the window
     assert len(slept) == 4 and tracker.paused == pytest.approx(4 * 0.2)
+
+
+def test_a_scan_whose_pods_have_no_process_to_sample_does_not_wait_between_rounds(tmp_path):
+    slept = []
+    proc, root, tracker, _ = tracker_on(tmp_path, [], process_rounds=5)  # the pods' volumes, none of their processes
+    tracker.sleep = slept.append
+    scan = scan_proc_root(proc, kubelet_root=root.kubelet_root, network_fstypes=("nfs", "nfs4"))
+    found = by_volume(tracker.observe(scan))
+    assert found["pv-a"].processes.samples == 0 and slept == [] and tracker.paused == 0

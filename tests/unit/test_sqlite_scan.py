@@ -80,6 +80,8 @@ def node(tmp_path: Path) -> FakeNode:
         if cgroup is not None:
             (directory / "cgroup").write_text(cgroup)
         (directory / "maps").write_text(maps)
+        # A user process's stat as the kernel writes it (flags 0x400000, PF_FORKNOEXEC; no PF_KTHREAD).
+        (directory / "stat").write_text(f"{pid} (sqlite3) S 1 {pid} {pid} 0 -1 4194304 {'0 ' * 43}\n")
 
     process(1, {})
     (node.proc / "1" / "mountinfo").write_text(

@@ -6,10 +6,13 @@ vanished or is forbidden, and counts it, so one process never ends a scan.
 """
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mountwarden.adapters.bounded import BoundedCalls
+from mountwarden.core.node.activity import is_kernel_thread
 from mountwarden.core.procfs import (
     CgroupResult,
     LocksResult,
@@ -56,8 +59,32 @@ class ProcRoot:
     #: files), each with a timeout and never more than one stuck per server: shared by every scan.
     calls: BoundedCalls = field(default_factory=BoundedCalls, repr=False, compare=False)
 
+    #: Within one_scan(): the user processes as first read in it, which every walk of the scan shares.
+    _processes: list[tuple[int, str]] | None = field(default=None, init=False, repr=False, compare=False)
+    _scanning: bool = field(default=False, init=False, repr=False, compare=False)
+
     def __post_init__(self) -> None:
         self.path = Path(self.path)
+
+    @contextmanager
+    def one_scan(self) -> Iterator[None]:
+        """One scan's reads: user_processes() lists the processes once for all its walks (activity, mount
+        helpers, sockets, SQLite), instead of once each."""
+        self._scanning, self._processes = True, None
+        try:
+            yield
+        finally:
+            self._scanning, self._processes = False, None
+
+    def user_processes(self) -> list[tuple[int, str]]:
+        """(pid, /proc/<pid>/stat) of every living process but the kernel's own threads, by pid; read once per
+        one_scan()."""
+        if self._processes is not None:
+            return self._processes
+        found = [(pid, text) for pid in self.pids() if (text := self.stat(pid)) and not is_kernel_thread(text)]
+        if self._scanning:
+            self._processes = found
+        return found
 
     def _text(self, *parts: str | int, counted: bool = True) -> str | None:
         try:

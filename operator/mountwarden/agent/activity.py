@@ -115,7 +115,7 @@ class ActivityTracker:
         users = self._users(by_pod)  # pid -> the volume keys it uses
         counts: dict[VolumeKey, list[int]] = defaultdict(lambda: [0, 0])
         pids_of: dict[VolumeKey, set[int]] = defaultdict(set)
-        for round_number in range(rounds):
+        for round_number in range(rounds if users else 0):  # no process to sample: no rounds to wait between
             if round_number:
                 self.sleep(self.round_pause)
                 self.paused += self.round_pause
@@ -145,9 +145,12 @@ class ActivityTracker:
 
     def _users(self, by_pod: dict[str, list[NodeVolume]]) -> dict[int, list[VolumeKey]]:
         users: dict[int, list[VolumeKey]] = {}
+        if not by_pod:  # no pod has a volume to sample: no process to look at
+            self._pod_of.clear()
+            return users
         seen: set[tuple[int, str]] = set()
-        for pid in self.proc.pids():
-            _, started = stat_fields(self.proc.stat(pid))
+        for pid, text in self.proc.user_processes():
+            _, started = stat_fields(text)
             if started is None:
                 continue
             identity = (pid, started)

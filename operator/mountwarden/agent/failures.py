@@ -30,10 +30,12 @@ from mountwarden.core.node.failures import (
     PodNamer,
     ServerLog,
     node_failures,
+    tunnel_port,
 )
 from mountwarden.core.node.report import NodeFinding
 from mountwarden.core.node.scan import NodeScan
 from mountwarden.core.procfs.kmsg import parse_kmsg_record, server_word
+from mountwarden.core.procfs.sockets import Listener
 
 log = logging.getLogger(__name__)
 
@@ -118,9 +120,8 @@ def mount_helpers(proc: ProcRoot, now: datetime) -> list[MountHelper]:
         return []
     ticks = os.sysconf("SC_CLK_TCK")
     helpers = []
-    for pid in proc.pids():
-        text = proc.stat(pid)
-        if not text or stat_command(text) not in HELPER_COMMANDS:
+    for pid, text in proc.user_processes():
+        if stat_command(text) not in HELPER_COMMANDS:
             continue
         state, started = stat_fields(text)
         if state is None or started is None:
@@ -163,11 +164,16 @@ class FailureWatch:
             volumes=scan.volumes, answers=dict(probed.answers) if probed else {}, probe_timeout=probe_timeout,
             probe_name=probed.asked_by if probed else STATVFS_PROBE,
             kernel_log=self.kernel_log.servers() if self.kernel_log else None, major_timeouts=timeouts,
-            helpers=mount_helpers(self.proc, now), listeners=self.proc.listeners(), stuck=stuck,
+            helpers=mount_helpers(self.proc, now), listeners=self._listeners(scan), stuck=stuck,
             helper_stuck_seconds=self.helper_stuck_seconds, node=self.node_name)
         found = node_failures(facts, name, {m.mount_point: m.server or "" for m in scan.network_mounts})
         self._say_changes(found)
         return found
+
+    def _listeners(self, scan: NodeScan) -> frozenset[Listener] | None:
+        """The host's listening sockets, read (net/tcp walks every socket of the host) only when a volume is
+        mounted through a local tunnel that must be listening."""
+        return self.proc.listeners() if any(tunnel_port(volume) is not None for volume in scan.volumes) else None
 
     def _say_changes(self, found: list[NodeFinding]) -> None:
         now = {(f.finding.reason, f.pod_uid, f.finding.evidence.get("mountPoint"), f.finding.evidence.get("server")): f

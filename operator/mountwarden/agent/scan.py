@@ -271,11 +271,12 @@ def scan_node_report(
         if answered is False:
             log.warning("the server of superblock %s did not answer the %s in %.0f s", superblock, probe.name,
                         probe.timeout)
-    recent = tracker.observe(scan, rounds=process_rounds) if tracker is not None else {}
-    found = failures.judge(scan, probed, probe.timeout if probe else None, recent, _pod_namer(describe_pod), now) \
-        if failures is not None else []
-    sqlite = list(sqlite_scan(proc, scan.network_mounts)) if sqlite_scan is not None else []
-    sockets = userspace_scan(proc) if userspace_scan is not None else None
+    with proc.one_scan():  # the walks of the processes below (activity, mount helpers, sockets) list them once
+        recent = tracker.observe(scan, rounds=process_rounds) if tracker is not None else {}
+        found = failures.judge(scan, probed, probe.timeout if probe else None, recent, _pod_namer(describe_pod),
+                               now) if failures is not None else []
+        sqlite = list(sqlite_scan(proc, scan.network_mounts)) if sqlite_scan is not None else []
+        sockets = userspace_scan(proc) if userspace_scan is not None else None
     userspace = [client.model_copy(update=_pod_names(describe_pod(client.pod_uid, "")) if describe_pod else {})
                  for client in (sockets.clients if sockets is not None else ())]
     for volume in scan.volumes:

@@ -115,7 +115,7 @@ def scan_sqlite(
             unreadable.add(pid)
     header_databases: set[FileId] = set()
     if header_scan:
-        for pid in proc_root.pids():
+        for pid, _ in proc_root.user_processes():
             if pid not in files:
                 files[pid] = _network_files(proc_root, pid, devices)
         answering = _Answering(proc_root, network_mounts)
@@ -273,6 +273,8 @@ def _read_header(fd_path: Path) -> bytes:
 
 def report_findings(proc_root: ProcRoot, mounts: Sequence[nodescan.ScannedMount]) -> list[SqliteDatabase]:
     """The agent's SQLite scan: findings for the node's network mounts, in the report's shape."""
+    if not mounts:  # no network mount, no database on one: /proc/locks (a walk of every lock) is not read
+        return []
     sqlite_mounts = [mount.network_mount for mount in mounts]
     scan = scan_sqlite(proc_root, sqlite_mounts)
     findings: list[SqliteDatabase] = []

@@ -37,7 +37,7 @@ def _tunnel_socket(socket: TcpSocket) -> bool:
 
 def scan_nfs_sockets(proc: ProcRoot) -> NfsSockets:
     pids_of: dict[str, list[int]] = {}
-    for pid in proc.pids():
+    for pid, _ in proc.user_processes():
         namespace = proc.net_namespace(pid)
         if namespace is not None:
             pids_of.setdefault(namespace, []).append(pid)

@@ -155,6 +155,18 @@ def process_state(stat_text: str) -> str | None:
     return match.group(1) if match else None
 
 
+#: PF_KTHREAD in the flags of /proc/<pid>/stat (include/linux/sched.h): one of the kernel's own threads, which has
+#: no files, sockets, mounts or pod of its own. They are most of a node's processes (a few per CPU), so every walk
+#: of the processes leaves them out.
+PF_KTHREAD = 0x00200000
+
+
+def is_kernel_thread(stat_text: str) -> bool:
+    """Whether /proc/<pid>/stat is a kernel thread's (its flags, the 9th field, have PF_KTHREAD)."""
+    rest = stat_text[stat_text.rfind(")") + 1:].split(maxsplit=7)
+    return len(rest) > 6 and rest[6].isdigit() and int(rest[6]) & PF_KTHREAD != 0
+
+
 #: What a killable wait is called in the kernel (rpc_wait_bit_killable, nfs_wait_bit_killable): SIGKILL ends it.
 _KILLABLE = "killable"
 
