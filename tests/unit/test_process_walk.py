@@ -33,19 +33,26 @@ def test_kernel_threads_are_told_by_pf_kthread_in_the_stat_flags():
     assert not is_kernel_thread("42 (truncated) S 1")  # too short to have flags: not taken for a kernel thread
 
 
+def read(path: str) -> bytes | None:
+    """A /proc file's bytes; None when its process is gone (processes come and go while the test reads)."""
+    try:
+        return Path(path).read_bytes()
+    except OSError:
+        return None
+
+
 def test_user_processes_of_the_real_proc_are_every_process_but_the_kernels_threads():
     proc = ProcRoot(Path("/proc"))
+    before = set(proc.pids())  # listed first: a process started later is in neither set
     listed = dict(proc.user_processes())
     assert os.getpid() in listed and listed[os.getpid()].startswith(f"{os.getpid()} (")
-    left_out = set(proc.pids()) - set(listed)
-    # Told apart by another mark than the flags: a kernel thread has no command line and no executable.
-    kernel_threads = {pid for pid in left_out if Path(f"/proc/{pid}/cmdline").exists()
-                      and Path(f"/proc/{pid}/cmdline").read_bytes() == b""
-                      and not os.path.exists(f"/proc/{pid}/exe")}
-    assert kernel_threads, "this machine's /proc shows no kernel thread (kthreadd, kworkers)"
-    # What else is left out exited between the listing and its stat read.
-    assert all(not Path(f"/proc/{pid}").exists() for pid in left_out - kernel_threads), left_out - kernel_threads
     assert not any(is_kernel_thread(text) for text in listed.values())
+    left_out = before - set(listed)
+    kernel_threads = {pid for pid in left_out if read(f"/proc/{pid}/stat") is not None}  # the others exited
+    assert kernel_threads, "this machine's /proc shows no kernel thread (kthreadd, kworkers)"
+    # Told apart by other marks than the flags: a kernel thread has no command line and no executable.
+    assert all(read(f"/proc/{pid}/cmdline") in (b"", None) and not os.path.exists(f"/proc/{pid}/exe")
+               for pid in kernel_threads), kernel_threads
 
 
 def test_one_scan_lists_the_processes_once_and_the_next_scan_lists_them_again():
