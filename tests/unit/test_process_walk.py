@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.procroot import Mount, Process, assemble_proc_root
+from tests.procroot import Mount, Process, assemble_proc_root, pod_uid
 
 from mountwarden.adapters.procreader import ProcRoot
 from mountwarden.agent.failures import FailureWatch
@@ -89,7 +89,7 @@ def test_a_process_without_a_stat_file_is_gone_and_counted_so(tmp_path):
 def test_without_a_network_mount_the_sqlite_scan_does_not_read_the_lock_table(tmp_path):
     proc = ProcRoot(tmp_path)  # no locks file: a read of it would count as vanished
     assert report_findings(proc, []) == [] and proc.counters.vanished == 0
-    assembled = assemble_proc_root(tmp_path / "proc", [Mount("pv-a", pod_uid="a" * 8 + "-0000-4000-8000-" + "0" * 12)],
+    assembled = assemble_proc_root(tmp_path / "proc", [Mount("pv-a", pod_uid=pod_uid("a"))],
                                    locks=None)
     proc = ProcRoot(assembled.path)
     result = scan_node_report(proc, node_name="n1", kubelet_root=assembled.kubelet_root,
@@ -122,7 +122,7 @@ LISTENING_ON_20049 = (
 
 
 def test_the_host_socket_table_is_read_only_when_a_volume_goes_through_a_local_tunnel(tmp_path):
-    uid = "11111111-2222-4333-8444-555555555555"
+    uid = pod_uid("tls")
     (tmp_path / "1" / "net").mkdir(parents=True)
     proc = ListenersRead(tmp_path)
 
